@@ -1,0 +1,62 @@
+# harness: every target sets itself up. `make train` and `make test` are all a fresh machine needs.
+#
+# TORCH picks the PyTorch build installed before everything else. The default is a version whose
+# CPU build installs fast where pip has one on disk; on a GPU machine, plain PyPI gives the CUDA
+# build of the same version, or keep yours: `make install TORCH=torch` accepts any installed torch.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST := $(PY) -m pytest
+
+.DEFAULT_GOAL := help
+.PHONY: help install train overfit ladder sweep vanishing test test-fast bench lint format rename clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install (skipped when pyproject.toml is unchanged)
+
+train: $(STAMP)  ## the default job: preflight, then overfit 2 synthetic examples -> PASS/FAIL
+	$(PY) train.py
+
+overfit: $(STAMP)  ## overfit N examples (make overfit N=5 ARGS="model=rnn")
+	$(PY) train.py mode=overfit n=$(or $(N),2) $(ARGS)
+
+ladder: $(STAMP)  ## the overfit ladder: n=1,2,5 in one sweep
+	$(PY) train.py -m experiment=overfit_ladder $(ARGS)
+
+sweep: $(STAMP)  ## a length sweep: data.length=10,50,200
+	$(PY) train.py -m data.length=10,50,200 $(ARGS)
+
+vanishing: $(STAMP)  ## the vanishing-gradients preset: 3 models x 3 lengths, summary + plots
+	$(PY) train.py -m experiment=vanishing_gradients $(ARGS)
+
+test: $(STAMP)  ## the whole test suite
+	$(PYTEST) $(ARGS)
+
+test-fast: $(STAMP)  ## the suite without tests marked slow
+	$(PYTEST) -m "not slow" $(ARGS)
+
+bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md
+	$(PY) -m harness.bench
+
+lint: $(STAMP)  ## ruff check and format check
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)  ## ruff fix and format
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+clean:  ## remove outputs/ and generated data (keeps .venv)
+	rm -rf outputs data/synthetic data/text

@@ -1,0 +1,79 @@
+"""Runs the preflight tests through pytest, for one run's model, data and config, and prints the table."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.checks.base import FAIL, CheckResult, sample_batch
+
+log = logging.getLogger(__name__)
+
+
+class PreflightPlugin:
+    """Hands this run's objects to the preflight tests as fixtures, and collects their results."""
+
+    def __init__(self, model, data, cfg):
+        self._model, self._data, self._cfg = model, data, cfg
+        self.results: list[CheckResult] = []
+        self._recorded: set[str] = set()
+
+    @pytest.fixture
+    def model(self):
+        return self._model
+
+    @pytest.fixture
+    def data(self):
+        return self._data
+
+    @pytest.fixture
+    def cfg(self):
+        return self._cfg
+
+    @pytest.fixture
+    def batch(self):
+        # overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1
+        return sample_batch(getattr(self._data, "base", self._data).train_dataset, size=4)
+
+    @pytest.fixture
+    def record(self, request):
+        def record(result: CheckResult) -> CheckResult:
+            self.results.append(result)
+            self._recorded.add(request.node.nodeid)
+            return result
+
+        return record
+
+    def pytest_runtest_logreport(self, report):
+        # a test that failed or crashed before recording a result still gets a row
+        if report.failed and report.nodeid not in self._recorded:
+            message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
+            self.results.append(CheckResult(report.nodeid.split("::")[-1], FAIL, message))
+            self._recorded.add(report.nodeid)
+
+
+def table(results: list[CheckResult]) -> str:
+    width = max((len(r.name) for r in results), default=5)
+    lines = [f"{'check':<{width}}  status  detail"] + [f"{r.name:<{width}}  {r.status:<6}  {r.detail}" for r in results]
+    return "\n".join(lines)
+
+
+def run_preflight(module, data, cfg) -> list[dict]:
+    """Run every preflight test on `module.model` and `data`; print the table; return the results as dicts."""
+    if cfg.preflight is False:
+        log.info("preflight skipped (preflight=false)")
+        return []
+    started = time.perf_counter()
+    files = [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in cfg.get("preflight_tests", None) or []]
+    plugin = PreflightPlugin(module.model, data, cfg)
+    model = module.model
+    was_training = model.training
+    pytest.main([*files, "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
+                 "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"], plugins=[plugin])
+    model.train(was_training)
+    model.zero_grad(set_to_none=True)
+    log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(plugin.results))
+    return [r.as_dict() for r in plugin.results]

@@ -1,0 +1,28 @@
+"""The preflight: pytest tests over THIS run's model, data and config, run by train.py before training.
+
+Fixtures come from harness.checks.preflight.PreflightPlugin: `model` (the nn.Module), `data` (the
+datamodule, set up), `batch` (a few training examples), `cfg` (the composed config), `record`
+(call it with a CheckResult so it lands in the table and verdict.json). Add a test here, or set
+`preflight_tests` in the config to more files, and it runs before every training run; a test that
+fails without recording a result still shows up as FAIL under its own name."""
+
+import pytest
+
+from harness import checks
+
+
+@pytest.mark.parametrize("check", checks.MODEL_CHECKS, ids=lambda c: c.__name__)
+def test_model(check, model, batch, cfg, record):
+    result = record(check(model, batch, cfg))
+    assert result.status != checks.FAIL, result.detail
+
+
+@pytest.mark.parametrize("check", checks.DATA_CHECKS, ids=lambda c: c.__name__)
+def test_data(check, model, data, cfg, record):
+    result = record(check(model, data, cfg))
+    assert result.status != checks.FAIL, result.detail
+
+
+def test_twins(record):
+    result = record(checks.twins())
+    assert result.status != checks.FAIL, result.detail

@@ -1,0 +1,135 @@
+"""The command line: Hydra for composition and sweeps, one-line errors and exit codes around it.
+
+Exit codes: 0 PASS (or a full run done), 1 FAIL, 2 bad config or input, 3 preflight failed.
+HARNESS_DEBUG=1 shows the full traceback of a config error instead of the one line."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _die(message: str, err: BaseException | None = None) -> None:
+    if err is not None and os.environ.get("HARNESS_DEBUG"):
+        raise err
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _explain(err: Exception, overrides: list[str], base) -> str:
+    """One line out of a Hydra composition error: the override at fault and the fix.
+
+    `base` is the config composed without overrides, to list the keys that do exist."""
+    import re
+
+    from hydra.errors import MissingConfigException
+    from omegaconf import DictConfig, OmegaConf
+
+    text = str(err)
+    if isinstance(err, MissingConfigException) and err.options is not None:
+        group = err.missing_cfg_file.split("/")[0] if err.missing_cfg_file else "?"
+        bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == group), group)
+        return f"{bad}: no such option; choose one of {', '.join(sorted(err.options))}"
+    missing = re.search(r"Could not override '([^']+)'", text)
+    if missing:
+        key = missing.group(1)
+        bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
+        parent = key.rpartition(".")[0]
+        node = OmegaConf.select(base, parent) if parent else base
+        known = f"; keys under {parent or 'the top level'}: {', '.join(node)}" if isinstance(node, DictConfig) else ""
+        return f"{bad}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return f"{' '.join(overrides)}: {first} (HARNESS_DEBUG=1 shows the traceback)"
+
+
+def check_overrides(argv: list[str], config_dir: Path) -> None:
+    """Compose the config for every value a sweep names and validate it, before anything runs."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.config import validate
+    from harness.errors import ConfigError
+
+    args = get_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception as err:  # Hydra's own grammar error already names the override
+        _die(f"{str(err).splitlines()[0]} (HARNESS_DEBUG=1 shows the traceback)", err)
+    variants = [[]]
+    for override in parsed:
+        key = override.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):  # launcher and sweeper settings: Hydra checks those itself
+            continue
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
+        # each value with the first of every other: enough to catch any single bad value
+        variants = [v + [f"{key}={values[0]}"] for v in variants] + [variants[0] + [f"{key}={value}"] for value in values[1:]]
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="check"):
+        base = None
+        for variant in variants:
+            try:
+                cfg = compose(config_name="train", overrides=variant)
+            except Exception as err:
+                base = base or compose(config_name="train")
+                _die(_explain(err, variant, base), err)
+            try:
+                validate(cfg)
+            except ConfigError as err:
+                _die(str(err), err)
+
+
+def task(cfg) -> dict | None:
+    """One Hydra job. A single run exits with its verdict's code; a sweep job records and goes on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from harness.errors import ConfigError
+    from harness.run import EXIT_CODES, run
+    from harness.verdict import write_verdict
+
+    sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        verdict = run(cfg)
+    except ConfigError as err:
+        if not sweeping:
+            _die(str(err), err)
+        log.error("error: %s", err)
+        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": str(err)})
+        return None
+    except Exception as err:
+        if not sweeping:
+            raise
+        log.exception("job failed: %s", err)  # the others go on; the summary marks this one
+        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": repr(err)})
+        return None
+    if not sweeping:
+        sys.exit(EXIT_CODES.get(verdict["status"], 1))
+    return verdict
+
+
+#: third-party warnings that say nothing about the user's run
+QUIET = (
+    r"Experiment logs directory .* exists and is not empty",  # the run dir already holds .hydra/
+    r".*isinstance\(treespec, LeafSpec\)",
+    r"The '\w+_dataloader' does not have many workers",  # tiny in-memory datasets need none
+    r"`weights_only` was not set",
+)
+
+
+def main(config_dir: Path) -> None:
+    """Entry point of train.py: validate the overrides, then hand over to Hydra."""
+    import warnings
+
+    import hydra
+    import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
+
+    for pattern in QUIET:
+        warnings.filterwarnings("ignore", message=pattern)
+    check_overrides(sys.argv[1:], config_dir)
+    hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(task)()

@@ -1,0 +1,41 @@
+"""Validation at the door: every user mistake found before any work, as one line with the fix.
+
+Hydra's struct mode already rejects misspelled keys and unknown group options when composing; this
+checks the values. Model and data keys are checked by the classes they are passed to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.errors import ConfigError
+
+MODES = ("overfit", "full")
+
+
+def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> None:
+    value = cfg
+    for part in key.split("."):
+        value = value[part]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, value, f"must be a whole number >= {minimum}; {hint}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise ConfigError on the first bad value of the composed config."""
+    _whole(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
+    _whole(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
+    _whole(cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)")
+    _whole(cfg, "mode.max_steps", 1, "mode.max_steps is the step budget (try mode.max_steps=500)")
+    if cfg.preflight not in (True, False, "warn"):
+        raise ConfigError("preflight", cfg.preflight, "choose true (stop on FAIL), warn (report, go on) or false (skip)")
+    if cfg.mode.name not in MODES:
+        raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
+    if cfg.mode.name == "overfit" and not 0 <= cfg.mode.target_loss:
+        raise ConfigError("mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)")
+    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
+        raise ConfigError("ckpt_path", cfg.ckpt_path, "no such file; give the path of a .ckpt file "
+                                                      "(a full run saves <run dir>/checkpoints/last.ckpt)")
+    if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
+        raise ConfigError("ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh")

@@ -1,0 +1,106 @@
+"""Records on disk -> tensors of the Batch contract, and the datamodule every data source shares."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from harness.data.format import CorruptDataset, read_meta, read_split
+from harness.data.tokenizer import CharTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def encode_records(records: list[dict], tokenizer: CharTokenizer, task: str, length: int) -> dict:
+    """Encode records into batch tensors of shape [examples, length].
+
+    classify: input = the text, the label is the target at the last position, only it is in the mask.
+    lm:       input = text[:-1], targets = text[1:], every position is in the mask."""
+    ids = []
+    for record in records:
+        tokens = tokenizer.encode(record["text"] + record.get("label", ""))
+        if len(tokens) != length + 1:
+            raise CorruptDataset(f"record {record!r} encodes to {len(tokens)} tokens, expected {length + 1}")
+        ids.append(tokens)
+    ids = torch.tensor(ids, dtype=torch.long).reshape(len(records), length + 1)
+    input_ids, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    loss_mask = torch.ones_like(input_ids, dtype=torch.bool)
+    if task == "classify":
+        loss_mask[:, :-1] = False
+        targets = torch.where(loss_mask, targets, torch.zeros_like(targets))
+    return {"input_ids": input_ids, "targets": targets, "loss_mask": loss_mask}
+
+
+class CharDataset(Dataset):
+    """A split held as tensors. Items are dicts of the Batch keys without the batch axis;
+    `record(i)` is the source record item i was made from (for the round-trip check)."""
+
+    def __init__(self, records: list[dict], tokenizer: CharTokenizer, task: str, length: int):
+        self.records, self.task = records, task
+        self.tensors = encode_records(records, tokenizer, task, length)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> dict:
+        return {key: value[i] for key, value in self.tensors.items()}
+
+    def record(self, i: int) -> dict:
+        return self.records[i]
+
+
+class DiskDataModule(pl.LightningDataModule):
+    """A dataset folder under `root`, made on first use by the subclass's `build()`.
+
+    Subclasses set `self.dataset_dir` and implement `build() -> (splits, task, alphabet, source)`.
+    After `setup()`: `tokenizer`, `train_dataset`, `val_dataset` (see DESIGN.md, DataModule)."""
+
+    regenerate_if_corrupt = True  # generated data is rebuilt; real data is refused with an error
+    dataset_dir: Path
+
+    def __init__(self, length: int, batch_size: int, root: str, num_workers: int = 0):
+        super().__init__()
+        self.length, self.batch_size, self.root, self.num_workers = length, batch_size, Path(root), num_workers
+        self.tokenizer: CharTokenizer | None = None
+        self.train_dataset: CharDataset | None = None
+        self.val_dataset: CharDataset | None = None
+
+    def build(self) -> tuple[dict[str, list[dict]], str, str, dict]:
+        raise NotImplementedError
+
+    def prepare_data(self) -> None:
+        from harness.data.format import is_whole, write_dataset
+
+        if self.dataset_dir.exists():
+            if is_whole(self.dataset_dir):
+                return
+            if not self.regenerate_if_corrupt:
+                raise CorruptDataset(f"{self.dataset_dir}: not a whole dataset; restore it from its source")
+            log.warning("%s is truncated or corrupt: regenerating it", self.dataset_dir)
+            shutil.rmtree(self.dataset_dir, ignore_errors=True)
+        splits, task, alphabet, source = self.build()
+        write_dataset(self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_dataset is not None:
+            return
+        meta = read_meta(self.dataset_dir)
+        self.tokenizer = CharTokenizer(meta["alphabet"])
+        self.train_dataset, self.val_dataset = (
+            CharDataset(read_split(self.dataset_dir, split, meta), self.tokenizer, meta["task"], self.length)
+            for split in ("train", "val")
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_dataset, batch_size=self.batch_size, shuffle=True,
+                          drop_last=len(self.train_dataset) > self.batch_size,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -1,0 +1,7 @@
+"""Built-in models. Each meets the Model contract of DESIGN.md: built with `vocab_size` injected,
+`forward(input_ids Long[b, time]) -> logits [b, time, vocab]`, causal, with a `token_embedding`."""
+
+from harness.models.recurrent import LSTM, RNN
+from harness.models.transformer import Transformer
+
+__all__ = ["LSTM", "RNN", "Transformer"]

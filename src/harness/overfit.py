@@ -1,0 +1,134 @@
+"""Overfit mode (brief P3, P4): memorize the first n training examples, re-seeded every step.
+
+The train loader yields the same batch of all n examples at every step; validation runs on the same n.
+The run stops as soon as the training loss reaches the achievable floor plus `mode.target_loss`."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter, defaultdict
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from harness.errors import ConfigError
+from harness.seeding import seed_all
+
+log = logging.getLogger(__name__)
+
+
+class Head(Dataset):
+    """The first `n` examples of a dataset, with their source records."""
+
+    def __init__(self, dataset, n: int):
+        self.dataset, self.n = dataset, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.dataset[i]
+
+    def record(self, i: int) -> dict:
+        return self.dataset.record(i)
+
+
+class OverfitData(pl.LightningDataModule):
+    """The first `n` examples of `base`'s training split, as one fixed batch repeated `steps` times."""
+
+    def __init__(self, base: pl.LightningDataModule, n: int, steps: int):
+        super().__init__()
+        self.base, self.n, self.steps = base, n, steps
+        self.train_dataset = self.val_dataset = None
+
+    @property
+    def tokenizer(self):
+        return self.base.tokenizer
+
+    def prepare_data(self) -> None:
+        self.base.prepare_data()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.base.setup(stage)
+        available = len(self.base.train_dataset)
+        if self.n > available:
+            raise ConfigError("n", self.n, f"the training split has only {available} examples; "
+                                           f"use n<={available} or a larger dataset (data.size)")
+        self.train_dataset = self.val_dataset = Head(self.base.train_dataset, self.n)
+
+    def train_dataloader(self) -> DataLoader:
+        same_batch_every_step = [list(range(self.n))] * self.steps
+        return DataLoader(self.train_dataset, batch_sampler=same_batch_every_step)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_dataset, batch_size=self.n, shuffle=False)
+
+    def batch(self) -> dict:
+        """The one batch every step sees."""
+        return next(iter(self.val_dataloader()))
+
+
+def achievable_floor(batch: dict) -> float:
+    """The lowest mean loss any causal model can reach on `batch`.
+
+    Where two masked positions share their whole context (input_ids[:t+1]) but differ in target, no
+    model can tell them apart: the best it can do is the empirical distribution of those targets.
+    The floor is the mean over masked positions of -log p_empirical(target | context)."""
+    ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
+    counts: dict[tuple, Counter] = defaultdict(Counter)
+    positions = [(tuple(row[: t + 1]), targets[b][t]) for b, row in enumerate(ids)
+                 for t in range(len(row)) if mask[b][t]]
+    for context, target in positions:
+        counts[context][target] += 1
+    return sum(-math.log(counts[c][y] / sum(counts[c].values())) for c, y in positions) / len(positions)
+
+
+class Reseed(pl.Callback):
+    """Seeds every source of randomness with the same seed before each training and validation step,
+    so dropout and any random masking stay on but are identical step to step (brief P3)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        log.info("overfit mode: re-seeding torch, numpy and random with seed=%d before every step", self.seed)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        seed_all(self.seed)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        seed_all(self.seed)
+
+
+class StopAtTarget(pl.Callback):
+    """Stops training when the step's loss is within `target` of `floor`; remembers when."""
+
+    def __init__(self, floor: float, target: float):
+        self.floor, self.target = floor, target
+        self.last_loss = math.inf
+        self.reached_at: int | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.last_loss = outputs["loss"].item()  # the verdict needs it every step: one sync, tiny batch
+        if self.last_loss <= self.floor + self.target and self.reached_at is None:
+            self.reached_at = trainer.global_step
+            trainer.should_stop = True
+
+    @property
+    def passed(self) -> bool:
+        return self.reached_at is not None
+
+
+@torch.no_grad()
+def evaluate(module: pl.LightningModule, batch: dict) -> dict:
+    """loss, acc and p_correct of `module` on `batch` in eval mode, as floats."""
+    was_training = module.training
+    module.eval()
+    batch = {k: v.to(module.device) for k, v in batch.items()}
+    _, metrics = module.loss_and_metrics(batch)
+    module.train(was_training)
+    return {k: v.item() for k, v in metrics.items()}
