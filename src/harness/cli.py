@@ -127,9 +127,10 @@ def main(config_dir: Path) -> None:
     import warnings
 
     import hydra
+
+    check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
     import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
 
     for pattern in QUIET:
         warnings.filterwarnings("ignore", message=pattern)
-    check_overrides(sys.argv[1:], config_dir)
     hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(task)()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -67,6 +68,7 @@ def run(cfg: DictConfig) -> dict:
     hydra = HydraConfig.get()
     run_dir = Path(hydra.runtime.output_dir)
     overfit = cfg.mode.name == "overfit"
+    torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)
 
     data = build(cfg.data, "data")

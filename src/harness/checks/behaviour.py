@@ -80,7 +80,7 @@ def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: f
             twin = cls(vectorize=True)
             with torch.no_grad():
                 gap = max_difference(twin.loop(*inputs), twin.vectorized(*inputs))
-            if gap > tolerance:
+            if not gap <= tolerance:  # also a NaN gap
                 return CheckResult("twins", FAIL, f"{cls.__name__} at {shape}: loop and vectorized differ by up to "
                                    f"{gap:.3e} (> {tolerance}); the loop version is the spec")
             worst = max(worst, (gap, cls.__name__))

@@ -8,11 +8,11 @@ from torch.utils.data import DataLoader, SequentialSampler
 from harness.checks.base import FAIL, PASS, WARN, CheckResult
 
 
-def _reconstruct(tokenizer, item: dict) -> dict:
+def _reconstruct(tokenizer, item: dict, classify: bool) -> dict:
     """Decode a Batch row back to the source record it should have come from."""
     ids, targets, mask = item["input_ids"].tolist(), item["targets"], item["loss_mask"]
     text = tokenizer.decode(ids)
-    if bool(mask.all()):  # language modelling: targets are the text shifted by one
+    if not classify:  # language modelling: targets are the text shifted by one
         return {"text": text + tokenizer.decode(targets[-1:].tolist())}
     return {"text": text, "label": tokenizer.decode(targets[mask].tolist())}
 
@@ -35,7 +35,8 @@ def data_roundtrip(model, data, cfg=None, examples: int = 8) -> CheckResult:
         for i in range(min(examples, len(dataset))):
             in_batch = first is not None and i < len(first["input_ids"])
             item = {k: v[i] for k, v in first.items()} if in_batch else dataset[i]
-            got, want = _reconstruct(data.tokenizer, item), dataset.record(i)
+            want = dataset.record(i)
+            got = _reconstruct(data.tokenizer, item, classify="label" in want)
             want = {k: want.get(k) for k in got}
             if got != want:
                 return CheckResult("data_roundtrip", FAIL, f"{split} example {i}: the loader decodes to {got!r} "

@@ -8,6 +8,9 @@ from torch import nn
 
 from harness.checks.base import FAIL, PASS, WARN, CheckResult, embedding_outputs, masked_loss, mode, shown, to_device
 
+NOT_CALLED = ("forward never called model.token_embedding: the output ignores the input, or the tokens are "
+              "embedded by another module (the Model contract: embed input_ids with `token_embedding`)")
+
 
 def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """One forward/backward: every parameter gets a finite, non-zero gradient."""
@@ -50,6 +53,8 @@ def batch_independence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             logits = model(batch["input_ids"])
             one = {k: v[i : i + 1] for k, v in batch.items()}
             masked_loss(logits[i : i + 1], one).backward()
+        if not captured:
+            return CheckResult("batch_independence", FAIL, NOT_CALLED)
         grad = captured[0].grad
         model.zero_grad(set_to_none=True)
         if grad is None:
@@ -73,6 +78,8 @@ def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             logits = model(batch["input_ids"])
             direction = torch.randn(logits.shape[-1], generator=probe).to(logits)
             (logits[:, t] @ direction).sum().backward()
+        if not captured:
+            return CheckResult("causality", FAIL, NOT_CALLED)
         grad = captured[0].grad
         model.zero_grad(set_to_none=True)
         if grad is None:

@@ -1,0 +1,59 @@
+"""Shared fixtures: compose the real config in-process, or run the real train.py in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory) -> Path:
+    """One data folder for the session: datasets are generated once and shared, as in real use."""
+    return tmp_path_factory.mktemp("data")
+
+
+def compose_config(overrides: list[str], run_dir: Path, data_root: Path):
+    """The config train.py would build for `overrides`, ready for harness.run.run (HydraConfig set)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
+        cfg = compose(config_name="train", overrides=[f"data.root={data_root}", *overrides], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return cfg
+
+
+@pytest.fixture
+def make_config(tmp_path, data_root):
+    def make(*overrides: str, run_dir: Path | None = None):
+        return compose_config(list(overrides), run_dir or tmp_path / "run", data_root)
+
+    return make
+
+
+def train(*args: str, cwd: Path, data_root: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real `python train.py ARGS` with outputs under `cwd` and stdin closed."""
+    flags = [a for a in args if a.startswith("-")]  # Hydra's flags (-m) go before the overrides
+    command = [sys.executable, str(ROOT / "train.py"), *flags, f"data.root={data_root}",
+               f"hydra.run.dir={cwd}/run", f"hydra.sweep.dir={cwd}/sweep", *(a for a in args if not a.startswith("-"))]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def run_train(tmp_path, data_root):
+    def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+        return train(*args, cwd=tmp_path, data_root=data_root, **kwargs)
+
+    return run
