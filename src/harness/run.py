@@ -18,6 +18,7 @@ from harness.config import validate
 from harness.errors import ConfigError
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
+from harness.probes import build_probes
 from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, evaluate
 from harness.seeding import seed_all
 from harness.verdict import write_verdict
@@ -104,8 +105,9 @@ def run(cfg: DictConfig) -> dict:
     else:
         callbacks.append(pl.callbacks.ModelCheckpoint(
             dirpath=run_dir / "checkpoints", filename="best", monitor="val/loss", mode="min", save_last=True))
+    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)
     loggers = build_loggers(cfg.logger, run_dir)
-    trainer = build_trainer(cfg, run_dir, callbacks, loggers)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
 
     outcome = "failed"
     try:
@@ -115,6 +117,8 @@ def run(cfg: DictConfig) -> dict:
         finish_loggers(loggers, outcome)
 
     verdict["steps"] = trainer.global_step
+    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
+        verdict.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     if overfit:
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
         final = evaluate(module, batch)

@@ -32,7 +32,7 @@ class TanhScan(Twin):
     test_shapes = ({"b": 1, "time": 1, "features": 3, "hidden": 4, "layers": 1},
                    {"b": 2, "time": 9, "features": 5, "hidden": 6, "layers": 2},
                    {"b": 3, "time": 20, "features": 8, "hidden": 8, "layers": 1})
-    bench_shape = {"b": 4, "time": 32, "features": 64, "hidden": 64, "layers": 1}
+    bench_shape = {"b": 32, "time": 32, "features": 128, "hidden": 128, "layers": 1}  # conf defaults, full mode
 
     def loop(self, x, rnn):
         for layer in range(rnn.num_layers):
