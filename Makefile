@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install train overfit ladder sweep vanishing test test-fast bench lint format rename clean
+.PHONY: help install train overfit ladder sweep vanishing test test-slow test-all bench lint format clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,11 +41,14 @@ sweep: $(STAMP)  ## a length sweep: data.length=10,50,200
 vanishing: $(STAMP)  ## the vanishing-gradients preset: 3 models x 3 lengths, summary + plots
 	$(PY) train.py -m experiment=vanishing_gradients $(ARGS)
 
-test: $(STAMP)  ## the whole test suite
-	$(PYTEST) $(ARGS)
-
-test-fast: $(STAMP)  ## the suite without tests marked slow
+test: $(STAMP)  ## the test suite (under 3 minutes on 2 cores; tests marked slow are left to test-slow)
 	$(PYTEST) -m "not slow" $(ARGS)
+
+test-slow: $(STAMP)  ## only the tests marked slow (CI runs them after `make test`)
+	$(PYTEST) -m slow $(ARGS)
+
+test-all: $(STAMP)  ## every test
+	$(PYTEST) $(ARGS)
 
 bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md
 	$(PY) -m harness.bench

@@ -66,3 +66,11 @@ def test_full_mode_checkpoints_and_resumes(make_config, tmp_path):
     resumed = run(make_config("mode=full", "mode.max_steps=30", "mode.val_every=10", "data.size=64", "data.batch_size=8",
                               "preflight=false", f"ckpt_path={checkpoints / 'last.ckpt'}", run_dir=tmp_path / "second"))
     assert resumed["steps"] == 30
+
+
+def test_whole_model_runs_on_loop_versions(make_config, caplog):
+    """model.vectorize=false switches every twin the run uses to its loop version, with a warning each."""
+    verdict = run(make_config("model.vectorize=false", "n=1", "data.length=6", "preflight=false"))
+    assert verdict["status"] == "PASS", verdict
+    warned = {r.getMessage().split()[0] for r in caplog.records if "loop version" in r.getMessage()}
+    assert {"CausalAttention", "MaskedCrossEntropy"} <= warned, warned

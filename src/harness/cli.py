@@ -31,7 +31,7 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
 
     text = str(err)
     if isinstance(err, MissingConfigException) and err.options is not None:
-        group = err.missing_cfg_file.split("/")[0] if err.missing_cfg_file else "?"
+        group = err.missing_cfg_file.rpartition("/")[0] if err.missing_cfg_file else "?"
         bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == group), group)
         return f"{bad}: no such option; choose one of {', '.join(sorted(err.options))}"
     missing = re.search(r"Could not override '([^']+)'", text)
@@ -62,15 +62,16 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
         _die(f"{str(err).splitlines()[0]} (HARNESS_DEBUG=1 shows the traceback)", err)
-    variants = [[]]
+    variants, hydra_overrides = [[]], []
     for override in parsed:
         key = override.get_key_element()
-        if key.lstrip("+~").startswith("hydra"):  # launcher and sweeper settings: Hydra checks those itself
+        if key.lstrip("+~").startswith("hydra"):  # launcher, sweeper and output settings: checked below
+            hydra_overrides.append(override.input_line)
             continue
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
         # each value with the first of every other: enough to catch any single bad value
         variants = [v + [f"{key}={values[0]}"] for v in variants] + [variants[0] + [f"{key}={value}"] for value in values[1:]]
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="check"):
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         base = None
         for variant in variants:
             try:
@@ -82,6 +83,28 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
                 validate(cfg)
             except ConfigError as err:
                 _die(str(err), err)
+        try:
+            hydra_cfg = compose(config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True).hydra
+        except Exception as err:
+            _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
+        key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
+        check_writable(key, str(hydra_cfg.sweep.dir if args.multirun else hydra_cfg.run.dir))
+
+
+def check_writable(key: str, directory: str) -> None:
+    """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
+    import tempfile
+
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as err:
+        _die(f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
+             f"e.g. {key}=outputs/...", err)
 
 
 def task(cfg) -> dict | None:
@@ -90,7 +113,7 @@ def task(cfg) -> dict | None:
     from hydra.types import RunMode
 
     from harness.errors import ConfigError
-    from harness.run import EXIT_CODES, run
+    from harness.run import exit_code, run
     from harness.verdict import write_verdict
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -103,13 +126,14 @@ def task(cfg) -> dict | None:
         write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": str(err)})
         return None
     except Exception as err:
+        # a bug, not a config mistake: record it where the results would have been, then show it whole
+        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": repr(err)})
         if not sweeping:
             raise
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
-        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": repr(err)})
         return None
     if not sweeping:
-        sys.exit(EXIT_CODES.get(verdict["status"], 1))
+        sys.exit(exit_code(verdict))
     return verdict
 
 

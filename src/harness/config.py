@@ -34,8 +34,18 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
     if cfg.mode.name == "overfit" and not 0 <= cfg.mode.target_loss:
         raise ConfigError("mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)")
-    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).is_file():
+    if cfg.ckpt_path not in (None, "last") and not Path(cfg.ckpt_path).is_file():
         raise ConfigError("ckpt_path", cfg.ckpt_path, "no such file; give the path of a .ckpt file "
-                                                      "(a full run saves <run dir>/checkpoints/last.ckpt)")
+                                                      "(a full run saves <run dir>/checkpoints/last.ckpt), or last")
+    max_len = cfg.model.get("max_len")
+    if isinstance(max_len, int) and max_len < cfg.data.length:
+        raise ConfigError("data.length", cfg.data.length, f"longer than model.max_len={max_len}, the longest input the "
+                                                          f"model can embed; raise model.max_len or shorten data.length")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("trainer.accelerator", cfg.trainer.accelerator, "no CUDA device is visible on this "
+                                                                              "machine; use trainer=cpu")
     if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
         raise ConfigError("ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh")

@@ -17,7 +17,8 @@ TRACKERS = ("none", "csv", "tensorboard", "wandb")
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
     """CSV into `run_dir/metrics.csv`, then the tracker of `cfg` (the `logger` config group)."""
-    loggers: list[Logger] = [CSVLogger(save_dir=run_dir, name="", version="")]
+    # flushed at every logged step: a run that dies midway leaves everything logged until then
+    loggers: list[Logger] = [CSVLogger(save_dir=run_dir, name="", version="", flush_logs_every_n_steps=1)]
     name = cfg.name
     if name == "tensorboard":
         from pytorch_lightning.loggers import TensorBoardLogger

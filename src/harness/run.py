@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import validate
 from harness.errors import ConfigError
+from harness.faults import Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
 from harness.probes import build_probes
@@ -25,7 +26,41 @@ from harness.verdict import write_verdict
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3}
+EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}  # INTERRUPTED: 128 + signal
+
+
+def exit_code(verdict: dict) -> int:
+    if verdict["status"] == "INTERRUPTED":
+        return 128 + verdict["signal"]
+    return EXIT_CODES.get(verdict["status"], 1)
+
+
+def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> str | None:
+    """The checkpoint to resume from, checked against the model: `last` is the newest last.ckpt of an
+    earlier run under the same outputs folder. Loaded weights-only: a checkpoint cannot run code."""
+    if ckpt_path is None:
+        return None
+    if ckpt_path == "last":
+        runs = run_dir.parent.parent  # outputs/runs/<date>/<time> -> outputs/runs
+        found = sorted(runs.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        found = [p for p in found if run_dir not in p.parents]
+        if not found:
+            raise ConfigError("ckpt_path", "last", f"no earlier run under {runs} has checkpoints/last.ckpt; "
+                                                   "give a checkpoint's path")
+        ckpt_path = str(found[-1])
+        log.info("resuming from %s", ckpt_path)
+    try:
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+    except Exception as err:
+        raise ConfigError("ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})") from None
+    ours = module.state_dict()
+    for key in sorted(set(ours) | set(state)):
+        if key not in ours or key not in state or ours[key].shape != state[key].shape:
+            theirs = tuple(state[key].shape) if key in state else "missing"
+            mine = tuple(ours[key].shape) if key in ours else "missing"
+            raise ConfigError("ckpt_path", ckpt_path, f"belongs to another model shape: {key} is {theirs} there, "
+                                                      f"{mine} here; resume with the config it was trained with")
+    return ckpt_path
 
 
 def build(node: DictConfig, key: str, **kwargs):
@@ -96,31 +131,51 @@ def run(cfg: DictConfig) -> dict:
         return verdict
 
     seed_all(cfg.seed)  # the checks drew random numbers: training starts from the same state either way
-    callbacks: list[pl.Callback] = []
+    checkpoints = run_dir / "checkpoints"
+    interrupt = StopOnSignal(checkpoints / "last.ckpt")
+    callbacks: list[pl.Callback] = [NonFiniteGuard(), ResumeState(), interrupt]
     if overfit:
         batch = data.batch()
         verdict["floor"] = achievable_floor(batch)
         stop = StopAtTarget(verdict["floor"], cfg.mode.target_loss)
         callbacks += [stop] + ([Reseed(cfg.seed)] if cfg.mode.reseed else [])
     else:
-        callbacks.append(pl.callbacks.ModelCheckpoint(
-            dirpath=run_dir / "checkpoints", filename="best", monitor="val/loss", mode="min", save_last=True))
+        callbacks += [  # best by validation loss, and last every mode.ckpt_every steps (a hard kill loses less)
+            pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"),
+            pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="last", every_n_train_steps=cfg.mode.ckpt_every,
+                                         enable_version_counter=False)]
     probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)
     loggers = build_loggers(cfg.logger, run_dir)
     trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
 
-    outcome = "failed"
+    ckpt_path = resume_from(cfg.ckpt_path, run_dir, module)
+    outcome, stopped = "failed", None
+    interrupt.install()
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=cfg.ckpt_path)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         outcome = "success"
+    except (NonFinite, Interrupted) as err:
+        stopped = err
     finally:
+        interrupt.restore()
         finish_loggers(loggers, outcome)
 
     verdict["steps"] = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
         verdict.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
+    if isinstance(stopped, Interrupted):
+        verdict.update(status="INTERRUPTED", signal=stopped.signum, checkpoint=str(checkpoints / "last.ckpt"))
+    elif isinstance(stopped, NonFinite):
+        log.error("%s: stopped; the weights are those before that step", stopped)
+        verdict.update(status="NONFINITE", nonfinite={"step": stopped.step, "where": stopped.where})
+    if stopped is not None:
+        metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
+        verdict.update(final_loss=metrics.get("train/loss"), seconds=round(time.perf_counter() - started, 3))
+        write_verdict(run_dir, verdict)
+        log.warning("%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json")
+        return verdict
     if overfit:
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        trainer.save_checkpoint(checkpoints / "last.ckpt")
         final = evaluate(module, batch)
         verdict.update(status="PASS" if stop.passed else "FAIL", final_loss=stop.last_loss,
                        val_loss=final["loss"], accuracy=final["acc"], p_correct=final["p_correct"])

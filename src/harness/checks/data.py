@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from harness.checks.base import FAIL, PASS, WARN, CheckResult
 
@@ -19,7 +19,10 @@ def _reconstruct(tokenizer, item: dict, classify: bool) -> dict:
 
 def _in_order(loader: DataLoader) -> bool:
     """True when the loader yields its dataset in order, unshuffled (so row i of batch 0 is example i)."""
-    return isinstance(loader.batch_sampler, list) or isinstance(getattr(loader, "sampler", None), SequentialSampler)
+    batches = loader.batch_sampler
+    if isinstance(batches, list):  # an explicit list of index batches (overfit mode)
+        return all(b == list(range(b[0], b[0] + len(b))) for b in batches[:1])
+    return isinstance(batches, BatchSampler) and isinstance(batches.sampler, SequentialSampler)
 
 
 def data_roundtrip(model, data, cfg=None, examples: int = 8) -> CheckResult:

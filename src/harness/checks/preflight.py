@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.checks.base import FAIL, CheckResult, sample_batch
 
@@ -70,10 +71,14 @@ def run_preflight(module, data, cfg) -> list[dict]:
     files = [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in cfg.get("preflight_tests", None) or []]
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
-    was_training = model.training
-    pytest.main([*files, "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
-                 "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"], plugins=[plugin])
-    model.train(was_training)
+    was_training, threads = model.training, torch.get_num_threads()
+    torch.set_num_threads(1)  # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
+    try:
+        pytest.main([*files, "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
+                     "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"], plugins=[plugin])
+    finally:
+        torch.set_num_threads(threads)
+        model.train(was_training)
     model.zero_grad(set_to_none=True)
     log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(plugin.results))
     return [r.as_dict() for r in plugin.results]

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from harness.data.format import CorruptDataset, read_meta, read_split
+from harness.data.sampler import ResumableLoader
 from harness.data.tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class DiskDataModule(pl.LightningDataModule):
     def __init__(self, length: int, batch_size: int, root: str, num_workers: int = 0):
         super().__init__()
         self.length, self.batch_size, self.root, self.num_workers = length, batch_size, Path(root), num_workers
+        # the shuffling seed comes from the run's seeded generator: same run seed, same order
+        self.shuffle_seed = int(torch.randint(2**31 - 1, ()))
         self.tokenizer: CharTokenizer | None = None
         self.train_dataset: CharDataset | None = None
         self.val_dataset: CharDataset | None = None
@@ -97,10 +100,10 @@ class DiskDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_dataset, batch_size=self.batch_size, shuffle=True,
-                          drop_last=len(self.train_dataset) > self.batch_size,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return ResumableLoader(self.train_dataset, batch_size=self.batch_size, seed=self.shuffle_seed,
+                               drop_last=len(self.train_dataset) > self.batch_size,
+                               num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False,
+        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, generator=torch.Generator(),
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -1,0 +1,133 @@
+"""What keeps a run's work safe: non-finite values stop it at the step they appear, a signal stops it
+after the current step with a checkpoint, and a checkpoint resumes the run bit for bit."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class NonFinite(Exception):
+    """A NaN or inf reached the loss or a gradient; `where` names the first module or parameter."""
+
+    def __init__(self, step: int, where: str):
+        self.step, self.where = step, where
+        super().__init__(f"non-finite value at step {step}: {where}")
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+def first_nonfinite_module(model: torch.nn.Module, input_ids: torch.Tensor) -> str | None:
+    """Re-run the forward pass with hooks and name the first module whose output is not finite."""
+    found: list[str] = []
+
+    def watch(name):
+        def hook(module, inputs, output):
+            outputs = output if isinstance(output, tuple) else (output,)
+            if not found and any(isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
+                                 for o in outputs):
+                found.append(name or type(module).__name__)
+        return hook
+
+    handles = [m.register_forward_hook(watch(name)) for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(input_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
+class NonFiniteGuard(pl.Callback):
+    """Checks the gradients the optimizer is about to apply, in one fused reduction (one host sync a
+    step, no anomaly mode). On a NaN or inf it names the first module or parameter at fault, skips
+    the update (the weights stay the last good ones) and stops the run by raising NonFinite."""
+
+    def __init__(self):
+        self.batch = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batch = batch
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        params = [(n, p) for n, p in pl_module.named_parameters() if p.grad is not None]
+        if not params:
+            return
+        norms = torch._foreach_norm([p.grad for _, p in params])
+        if bool(torch.isfinite(torch.stack(norms)).all()):
+            return
+        module = first_nonfinite_module(pl_module.model, self.batch["input_ids"])
+        grads = [n for (n, _), norm in zip(params, norms, strict=True) if not torch.isfinite(norm)]
+        where = f"module {module} outputs a non-finite value" if module else f"non-finite gradient in {grads[0]}"
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFinite(trainer.global_step, where)
+
+
+class StopOnSignal(pl.Callback):
+    """SIGINT and SIGTERM finish the current step, save a checkpoint, then stop the run by raising
+    Interrupted. A second signal while stopping is ignored (the checkpoint is being written)."""
+
+    def __init__(self, checkpoint: Path):
+        self.checkpoint = checkpoint
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            log.warning("%s received: stopping after this step", signal.Signals(signum).name)
+            self.received = signum
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.received is not None:
+            # saved where ModelCheckpoint saves, so it resumes exactly like a periodic checkpoint
+            trainer.save_checkpoint(self.checkpoint)
+            raise Interrupted(self.received)
+
+
+class ResumeState(pl.Callback):
+    """Puts into every checkpoint what a bit-for-bit resume needs beyond Lightning's own state: the
+    random generators, and the train loader's position (see harness.data.sampler)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loader = trainer.train_dataloader
+        if hasattr(loader, "trained"):
+            loader.trained = (trainer.current_epoch, batch_idx + 1)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        checkpoint["rng"] = {  # plain types and tensors only: checkpoints load weights-only
+            "torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        rng = checkpoint.get("rng")
+        if rng is None:
+            return
+        torch.set_rng_state(rng["torch"])
+        kind, keys, pos, has_gauss, gauss = rng["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate(rng["python"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
