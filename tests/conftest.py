@@ -25,7 +25,8 @@ def data_root(tmp_path_factory) -> Path:
 def compose_config(overrides: list[str], run_dir: Path, data_root: Path):
     """The config train.py would build for `overrides`, ready for harness.run.run (HydraConfig set)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
-        cfg = compose(config_name="train", overrides=[f"data.root={data_root}", *overrides], return_hydra_config=True)
+        root = [] if "data=folder" in overrides else [f"data.root={data_root}"]  # a folder is its own root
+        cfg = compose(config_name="train", overrides=[*root, *overrides], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(run_dir)
         cfg.hydra.job.num = 0
@@ -45,7 +46,8 @@ def make_config(tmp_path, data_root):
 def train(*args: str, cwd: Path, data_root: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real `python train.py ARGS` with outputs under `cwd` and stdin closed."""
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags (-m) go before the overrides
-    command = [sys.executable, str(ROOT / "train.py"), *flags, f"data.root={data_root}",
+    root = [] if "data=folder" in args else [f"data.root={data_root}"]  # a folder is its own root
+    command = [sys.executable, str(ROOT / "train.py"), *flags, *root,
                f"hydra.run.dir={cwd}/run", f"hydra.sweep.dir={cwd}/sweep", *(a for a in args if not a.startswith("-"))]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                           env={**os.environ, **(env or {})})

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from harness.config import validate
 from harness.errors import ConfigError
 from tests.conftest import CONF
+
+def _folder_dataset(root) -> str:
+    from harness.data.format import write_dataset
+
+    splits = {"train": [{"text": "ab" * 16, "label": "1"}] * 4, "val": [{"text": "ba" * 16, "label": "0"}]}
+    return str(write_dataset(root / "mine", splits, task="classify", alphabet="ab01", length=32, source={}))
+
 
 OPTIONS = [(group.name, option.stem) for group in sorted(CONF.iterdir()) if group.is_dir() and group.name != "hydra"
            for option in sorted(group.glob("*.yaml"))]
@@ -20,9 +28,14 @@ def test_every_group_has_options():
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_and_validates(group, option, make_config):
-    cfg = make_config(f"{group}={option}")
-    validate(cfg)
+def test_option_composes_and_validates(group, option, make_config, tmp_path):
+    extra = [f"data.path={_folder_dataset(tmp_path)}"] if (group, option) == ("data", "folder") else []
+    cfg = make_config(f"{group}={option}", *extra)
+    if (group, option) == ("trainer", "gpu") and not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="trainer.accelerator=gpu: no CUDA device"):
+            validate(cfg)
+    else:
+        validate(cfg)
     OmegaConf.to_container(cfg.model, resolve=True)
     OmegaConf.to_container(cfg.data, resolve=True)
 

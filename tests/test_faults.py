@@ -163,3 +163,20 @@ def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_pa
     result = run_train(override)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and names in lines[0], result.stderr
+
+
+def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, tmp_path):
+    from harness.data.format import write_dataset
+    from harness.data.synthetic import generate
+
+    records = generate(16, 12, "first_token", "abcdefgh", "xy", seed=1)
+    folder = write_dataset(tmp_path / "mine", {"train": records[:10], "val": records[10:]}, task="classify",
+                           alphabet="abcdefghxy", length=16, source={"made_by": "test"})
+    ok = run_train("data=folder", f"data.path={folder}", "data.length=16", "n=2")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    train = folder / "train.jsonl"
+    train.write_text(train.read_text()[:-20])
+    bad = run_train("data=folder", f"data.path={folder}", "data.length=16", "n=2")
+    lines = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and "corrupt" in lines[0] and str(folder) in lines[0], bad.stderr
+    assert train.read_text().endswith(records[9]["text"][:0]) and not (folder / "train.jsonl").read_text().endswith("\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
 
@@ -24,6 +24,9 @@ def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError on the first bad value of the composed config."""
+    for key in sorted(OmegaConf.missing_keys(cfg)):
+        if not key.startswith("hydra"):
+            raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
     _whole(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
     _whole(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
     _whole(cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)")
