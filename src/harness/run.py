@@ -123,7 +123,9 @@ def run(cfg: DictConfig) -> dict:
     }
     from harness.checks.preflight import run_preflight
 
+    preflight_started = time.perf_counter()
     verdict["checks"] = run_preflight(module, data, cfg)
+    verdict["preflight_seconds"] = round(time.perf_counter() - preflight_started, 3)
     if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict["checks"]):
         verdict.update(status="PREFLIGHT_FAIL", seconds=round(time.perf_counter() - started, 3))
         write_verdict(run_dir, verdict)
