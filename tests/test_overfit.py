@@ -58,7 +58,7 @@ def test_reseeding_makes_every_step_identical(reseed, make_config, tmp_path):
 
 
 def test_full_mode_checkpoints_and_resumes(make_config, tmp_path):
-    first = run(make_config("mode=full", "mode.max_steps=20", "mode.val_every=10", "data.size=64", "data.batch_size=8",
+    first = run(make_config("mode=full", "mode.max_steps=20", "mode.val_every=10", "mode.ckpt_every=10", "data.size=64", "data.batch_size=8",
                             "preflight=false", run_dir=tmp_path / "first"))
     checkpoints = tmp_path / "first" / "checkpoints"
     assert first["status"] == "DONE" and first["steps"] == 20

@@ -34,16 +34,18 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
-    def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        logits = self.model(batch["input_ids"])
+    def loss_and_metrics(self, batch: dict, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        logits = self.model(batch["input_ids"]) if logits is None else logits
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
         return loss, {"loss": loss.detach(), **masked_metrics(logits, batch["targets"], batch["loss_mask"])}
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
-        loss, metrics = self.loss_and_metrics(batch)
+        logits = self.model(batch["input_ids"])
+        loss, metrics = self.loss_and_metrics(batch, logits)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
                       batch_size=batch["input_ids"].shape[0])
-        return {"loss": loss}
+        # the logits, detached, for the logit-mass probe (harness.probes.logits): no second forward pass
+        return {"loss": loss, "logits": logits.detach()}
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics = self.loss_and_metrics(batch)

@@ -8,7 +8,7 @@ import sys
 from harness.bench import OUT, machine
 
 #: benchmark modules under harness.bench, each with main() -> {figure: (value, target met?)}
-BENCHMARKS = ("twins",)
+BENCHMARKS = ("twins", "sweep", "probes")
 
 
 def main(names: list[str]) -> int:

@@ -1,0 +1,86 @@
+"""Gradient by position over training: `input_grad_by_position` (position.py) on a fixed batch, before the first
+optimizer step ("init"), every K steps, and at the end ("final").
+
+verdict.json gets `grad_by_position: {"init": [float per position], "final": [...]}`, `reach_init` and
+`reach_final` (a contract: the sweep summary reads them); the run dir gets `grad_by_position.png`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from harness.probes.datapoints import collate
+from harness.probes.emit import MetricSink, due, has_tracker, log_image, own_randomness
+from harness.probes.position import input_grad_by_position, reach
+
+log = logging.getLogger(__name__)
+
+
+class GradByPosition(pl.Callback):
+    """`grad_by_position/reach` whenever it measures; the full profiles go to the verdict and the plot."""
+
+    def __init__(self, sink: MetricSink, data, run_dir: Path, every: int, examples: int, plots: bool = True):
+        self.sink, self.data, self.run_dir = sink, data, Path(run_dir)
+        self.every, self.examples, self.plots = every, examples, plots
+        self.profiles: dict[int, list[float]] = {}  # step -> norm per position
+        self.init: list[float] | None = None
+        self.final: list[float] | None = None
+        self.batch: dict[str, torch.Tensor] | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not hasattr(pl_module.model, "token_embedding"):
+            log.warning(
+                "grad_by_position probe off: the model has no `token_embedding` (see DESIGN.md, Model)"
+            )
+            return
+        self.batch = collate(self.data.train_dataset, self.examples)
+        self.init = self.measure(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step > 0 and due(trainer.global_step, self.every):
+            self.measure(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.batch is None or not trainer.is_global_zero:
+            return
+        self.final = self.measure(trainer, pl_module)
+        tracker = has_tracker(trainer)
+        if not (self.plots or tracker):
+            return
+        from harness.probes.plots import grad_by_position_figure, save, to_rgb
+
+        earlier = sorted(step for step in self.profiles if step != trainer.global_step)
+        shown = earlier[:1] + earlier[1:][:: max(1, len(earlier[1:]) // 4)]  # init and about 4 more: readable
+        series = {("init" if i == 0 else f"step {step}"): self.profiles[step] for i, step in enumerate(shown)}
+        series["final"] = self.final
+        figure = grad_by_position_figure(series)
+        if self.plots:
+            save(figure, self.run_dir / "grad_by_position.png")
+        if tracker:
+            log_image(trainer, "grad_by_position", to_rgb(figure), trainer.global_step)
+
+    def measure(self, trainer, pl_module) -> list[float] | None:
+        """‖∂L/∂e_t‖ per position now (rank 0 only), on a random stream of its own."""
+        if self.batch is None or not trainer.is_global_zero:
+            return None
+        device = pl_module.device
+        with own_randomness(device):
+            norms = input_grad_by_position(pl_module.model, {k: v.to(device) for k, v in self.batch.items()})
+        norms = norms.tolist()
+        step = trainer.global_step
+        self.profiles[step] = norms
+        self.sink.add(step, {"grad_by_position/reach": reach(norms)})
+        return norms
+
+    def verdict_items(self) -> dict:
+        if self.init is None:
+            return {}
+        final = self.final if self.final is not None else self.init
+        return {
+            "grad_by_position": {"init": self.init, "final": final},
+            "reach_init": reach(self.init),
+            "reach_final": reach(final),
+        }

@@ -1,0 +1,176 @@
+"""Datapoints (brief P1): every K steps, a fixed set of training and validation examples decoded back to text
+with the tokenizer: input, target, argmax prediction and loss. To `datapoints.jsonl` in the run dir, a wandb
+Table and TensorBoard text. On text in mode=full, also greedy continuations of a few fixed prompts.
+
+Rendering: a position outside the loss mask shows as '·' in the target and the prediction (nothing is asked
+of the model there); control characters show as visible symbols ('\\n' -> '⏎', '\\t' -> '⇥', others as their
+U+2400 control pictures); a tokenizer's padding id, if it has one, as '░'. Axes: b examples, time, vocab."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from harness.probes.emit import due, log_table, own_randomness
+
+MASKED, PADDING = "·", "░"
+VISIBLE = {"\n": "⏎", "\t": "⇥", "\r": "␍", "\x7f": "␡"}
+COLUMNS = ["step", "split", "index", "input", "target", "prediction", "loss"]
+
+
+def visible(text: str) -> str:
+    """`text` with every control character replaced by a visible symbol."""
+    return "".join(VISIBLE.get(c, chr(0x2400 + ord(c)) if ord(c) < 0x20 else c) for c in text)
+
+
+def token_texts(tokenizer) -> list[str]:
+    """Each token id's decoded text, made visible; the padding id (if the tokenizer has one) as '░'."""
+    texts = [visible(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)]
+    pad = getattr(tokenizer, "pad_id", None)
+    if pad is not None:
+        texts[pad] = PADDING
+    return texts
+
+
+def render(texts: list[str], ids: list[int], mask: list[bool] | None = None) -> str:
+    """Decoded token by token (position t stays token t) through `texts` (see token_texts), '·' where `mask`
+    is False."""
+    if mask is None:
+        return "".join(texts[i] for i in ids)
+    return "".join(texts[i] if keep else MASKED for i, keep in zip(ids, mask, strict=True))
+
+
+def collate(dataset, count: int) -> dict[str, torch.Tensor]:
+    """The first `count` items of `dataset` as one batch."""
+    items = [dataset[i] for i in range(min(count, len(dataset)))]
+    return {key: rearrange([item[key] for item in items], "b time -> b time") for key in items[0]}
+
+
+@torch.no_grad()
+def greedy(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tensor:
+    """Long[b, tokens]: the argmax continuation of `prompt` [b, time], the model seeing the last `window` tokens."""
+    ids = prompt
+    for _ in range(tokens):
+        next_token = model(ids[:, -window:])[:, -1].argmax(dim=-1)
+        ids = torch.cat([ids, rearrange(next_token, "b -> b 1")], dim=1)
+    return ids[:, prompt.shape[1] :]
+
+
+class Datapoints(pl.Callback):
+    """Every `every` steps (and once at the end): the first `examples` training and validation examples,
+    decoded. With `prompts` > 0 (mode=full on text), every `generate_every` steps (and at the end) greedy
+    continuations of `tokens` characters too."""
+
+    def __init__(
+        self,
+        data,
+        run_dir: Path,
+        every: int,
+        examples: int,
+        prompts: int = 0,
+        tokens: int = 0,
+        generate_every: int = 500,
+    ):
+        self.data, self.path = data, Path(run_dir) / "datapoints.jsonl"
+        self.every, self.examples, self.prompts, self.tokens = every, examples, prompts, tokens
+        self.generate_every = generate_every
+        self.batches: dict[str, dict[str, torch.Tensor]] = {}
+        self.batch: dict[str, torch.Tensor] = {}
+        self.rows: list[tuple[str, int]] = []
+        self.last_step: int | None = None
+        self.texts: list[str] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.texts = token_texts(self.data.tokenizer)
+        train, val = self.data.train_dataset, self.data.val_dataset
+        self.batches = {"train": collate(train, self.examples)}
+        # overfit mode validates on the training examples: shown once
+        if val is not None and val is not train and len(val):
+            self.batches["val"] = collate(val, self.examples)
+        # every split's examples in one batch: one forward pass a dump
+        self.rows = [(split, i) for split, b in self.batches.items() for i in range(len(b["input_ids"]))]
+        self.batch = {
+            key: torch.cat([b[key] for b in self.batches.values()]) for key in self.batches["train"]
+        }
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if due(step, self.every) or due(step, self.generate_every if self.prompts else None):
+            self.dump(
+                trainer,
+                pl_module,
+                step,
+                examples=due(step, self.every),
+                generate=due(step, self.generate_every),
+            )
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.last_step != trainer.global_step:  # the trained model's predictions
+            self.dump(trainer, pl_module, trainer.global_step, examples=True, generate=True)
+
+    @torch.no_grad()
+    def dump(self, trainer, pl_module, step: int, examples: bool = True, generate: bool = True) -> None:
+        """Decode the fixed examples' predictions at `step`; write and log them (rank 0 only)."""
+        if not trainer.is_global_zero or not self.batches:
+            return
+        self.last_step = step
+        model, device = pl_module.model, pl_module.device
+        was_training = model.training
+        model.eval()  # predictions without dropout; own_randomness leaves training's random stream alone
+        rows = []
+        try:
+            with own_randomness(device):
+                if examples:
+                    rows += self.predict(model, device, step)
+                if generate and self.prompts and self.tokens:
+                    rows += self.continue_prompts(model, device, step)
+        finally:
+            model.train(was_training)
+        with self.path.open("a") as f:
+            f.writelines(
+                json.dumps(dict(zip(COLUMNS, row, strict=True)), ensure_ascii=False) + "\n" for row in rows
+            )
+        log_table(trainer, "datapoints", COLUMNS, rows, step)
+
+    def predict(self, model, device: torch.device, step: int) -> list[list]:
+        batch = {k: v.to(device) for k, v in self.batch.items()}
+        logits = model(batch["input_ids"])
+        losses = F.cross_entropy(
+            rearrange(logits.float(), "b time vocab -> b vocab time"), batch["targets"], reduction="none"
+        )
+        mask = batch["loss_mask"]
+        loss = ((losses * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)).tolist()
+        predictions = logits.argmax(dim=-1).tolist()
+        ids, targets, masks = (self.batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))  # host
+        return [
+            [
+                step,
+                split,
+                i,
+                render(self.texts, ids[row]),
+                render(self.texts, targets[row], masks[row]),
+                render(self.texts, predictions[row], masks[row]),
+                round(loss[row], 6),
+            ]
+            for row, (split, i) in enumerate(self.rows)
+        ]
+
+    def continue_prompts(self, model, device: torch.device, step: int) -> list[list]:
+        """The first half of the first `prompts` validation (else training) examples, continued greedily;
+        the target column holds what the text really says next, as far as the example goes."""
+        source = self.batches.get("val", self.batches["train"])
+        ids = source["input_ids"][: self.prompts]
+        half = ids.shape[1] // 2
+        prompt = ids[:, :half].to(device)
+        truth = torch.cat([ids[:, half:], source["targets"][: self.prompts, -1:]], dim=1)[:, : self.tokens]
+        generated = greedy(model, prompt, self.tokens, window=ids.shape[1]).tolist()
+        texts = self.texts
+        return [
+            [step, "generate", i, render(texts, p), render(texts, t), render(texts, g), None]
+            for i, (p, t, g) in enumerate(zip(prompt.tolist(), truth.tolist(), generated, strict=True))
+        ]

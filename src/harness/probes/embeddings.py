@@ -1,0 +1,67 @@
+"""Embeddings (brief P1): every K steps, the token-embedding matrix projected on its first two principal
+components (SVD in torch, deterministic: no random draw), logged as an image to TensorBoard / wandb; the
+last projection is saved as `embeddings.png` in the run dir. Axes: vocab tokens, dim embedding width."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from harness.probes.datapoints import visible
+from harness.probes.emit import MetricSink, due, has_tracker, log_image
+
+log = logging.getLogger(__name__)
+
+
+def project(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Float[vocab, 2] coordinates on the first two principal components, Float[2] variance fractions).
+
+    Each axis's sign is fixed so that its largest coordinate is positive: successive frames don't flip."""
+    centered = weight.detach().float() - weight.detach().float().mean(dim=0)
+    _, singular, components = torch.linalg.svd(centered, full_matrices=False)
+    coords = centered @ components[:2].T
+    largest = coords.gather(0, coords.abs().argmax(dim=0, keepdim=True))
+    coords = coords * torch.where(largest < 0, -1.0, 1.0)
+    variance = singular**2
+    return coords, variance[:2] / variance.sum().clamp_min(torch.finfo(variance.dtype).tiny)
+
+
+class Embeddings(pl.Callback):
+    """`embeddings/explained_1|2` every `every` steps (and at the end), the scatter to the trackers, and (with
+    `plots`) the final one as `run_dir/embeddings.png`."""
+
+    def __init__(self, sink: MetricSink, tokenizer, run_dir: Path, every: int, plots: bool = True):
+        self.sink, self.tokenizer, self.run_dir, self.every = sink, tokenizer, Path(run_dir), every
+        self.plots = plots
+        self.last: tuple | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if due(trainer.global_step, self.every):
+            self.snapshot(trainer, pl_module, trainer.global_step)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.last is None or self.last[0] != trainer.global_step:
+            self.snapshot(trainer, pl_module, trainer.global_step)
+        if trainer.is_global_zero and self.plots and self.last is not None:
+            from harness.probes.plots import embedding_figure, save
+
+            step, coords, labels, explained = self.last
+            save(embedding_figure(coords, labels, step, explained), self.run_dir / "embeddings.png")
+
+    @torch.no_grad()
+    def snapshot(self, trainer, pl_module, step: int) -> None:
+        embedding = getattr(pl_module.model, "token_embedding", None)
+        if not trainer.is_global_zero or embedding is None or embedding.weight.shape[1] < 2:
+            return
+        coords, explained = project(embedding.weight)
+        coords, explained = coords.tolist(), explained.tolist()
+        labels = [visible(self.tokenizer.decode([i])) for i in range(len(coords))]
+        self.last = (step, coords, labels, explained)
+        self.sink.add(step, {"embeddings/explained_1": explained[0], "embeddings/explained_2": explained[1]})
+        if has_tracker(trainer):
+            from harness.probes.plots import embedding_figure, to_rgb
+
+            log_image(trainer, "embeddings", to_rgb(embedding_figure(coords, labels, step, explained)), step)

@@ -1,0 +1,136 @@
+"""Where probe output goes: scalars through every active logger (one row a step), histograms, figures and
+tables to the trackers that can show them (TensorBoard, wandb). Nothing here imports wandb or matplotlib
+unless that logger is active or a figure is made."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+log = logging.getLogger(__name__)
+
+#: wandb's x-axis for everything the harness logs (WandbLogger defines it as the step metric)
+WANDB_STEP = "trainer/global_step"
+
+
+class MetricSink(pl.Callback):
+    """Gathers the scalars the probes compute during a step and hands them to the loggers as one row.
+
+    One `log_metrics` call per logger per step keeps metrics.csv to one probe row a step (instead of one a
+    probe) and costs a few microseconds; `LightningModule.log` would cost tens per key. It comes after the
+    probes (last in the ProbeSet): it flushes at the end of each batch and of training."""
+
+    def __init__(self):
+        self.pending: dict[int, dict[str, float]] = {}
+
+    def add(self, step: int, metrics: dict[str, float]) -> None:
+        """Queue `metrics` (plain floats, already on the host) for `step`."""
+        self.pending.setdefault(step, {}).update(metrics)
+
+    def flush(self, trainer: pl.Trainer) -> None:
+        """Log what is queued, on global rank 0 only."""
+        if self.pending and trainer.is_global_zero:
+            for step in sorted(self.pending):
+                for logger in trainer.loggers:
+                    logger.log_metrics(self.pending[step], step=step)
+        self.pending = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.flush(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.flush(trainer)
+
+
+def due(step: int, every: int | None) -> bool:
+    """Whether a probe logging every `every` steps (None: never) logs at `step` (step 0 included)."""
+    return every is not None and step % every == 0
+
+
+@contextlib.contextmanager
+def own_randomness(device: torch.device, seed: int = 0):
+    """Run a probe's forward pass on its own seeded random stream and give training its stream back
+    untouched, so that probing never changes what a (re-seeded) training step draws."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def tensorboard(trainer: pl.Trainer):
+    """The SummaryWriter of the active TensorBoard logger, or None."""
+    return next((lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+
+
+def wandb_run(trainer: pl.Trainer):
+    """The run of the active wandb logger, or None."""
+    return next((lg.experiment for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+
+
+def has_tracker(trainer: pl.Trainer) -> bool:
+    """Whether a logger that shows histograms and images (TensorBoard, wandb) is active."""
+    return any(isinstance(lg, (TensorBoardLogger, WandbLogger)) for lg in trainer.loggers)
+
+
+def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) -> None:
+    """`histograms`: tag -> {min, max, num, sum, sum_squares, edges (bins + 1), counts (bins)}, computed on the
+    device already: TensorBoard gets them raw (no second pass over the tensor), wandb as np_histogram."""
+    writer, run = tensorboard(trainer), wandb_run(trainer)
+    if writer is not None:
+        for tag, h in histograms.items():
+            writer.add_histogram_raw(
+                tag,
+                min=h["min"],
+                max=h["max"],
+                num=h["num"],
+                sum=h["sum"],
+                sum_squares=h["sum_squares"],
+                bucket_limits=h["edges"][1:],
+                bucket_counts=h["counts"],
+                global_step=step,
+            )
+    if run is not None:
+        import wandb
+
+        run.log(
+            {
+                **{
+                    tag: wandb.Histogram(np_histogram=(h["counts"], h["edges"]))
+                    for tag, h in histograms.items()
+                },
+                WANDB_STEP: step,
+            }
+        )
+
+
+def log_image(trainer: pl.Trainer, tag: str, image, step: int) -> None:
+    """`image`: uint8 array [height, width, rgb] (see plots.to_rgb)."""
+    writer, run = tensorboard(trainer), wandb_run(trainer)
+    if writer is not None:
+        writer.add_image(tag, image, global_step=step, dataformats="HWC")
+    if run is not None:
+        import wandb
+
+        run.log({tag: wandb.Image(image), WANDB_STEP: step})
+
+
+def _markdown_cell(value) -> str:
+    """Code-formatted, so spaces and the visible control characters survive markdown; '|' escaped."""
+    return "" if value is None else "`" + str(value).replace("|", "\\|").replace("`", "'") + "`"
+
+
+def log_table(trainer: pl.Trainer, tag: str, columns: list[str], rows: list[list], step: int) -> None:
+    """A table: a wandb Table, and TensorBoard text (a markdown table)."""
+    writer, run = tensorboard(trainer), wandb_run(trainer)
+    if writer is not None:
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in rows]
+        writer.add_text(tag, "\n".join(lines), global_step=step)
+    if run is not None:
+        import wandb
+
+        run.log({tag: wandb.Table(columns=columns, data=rows), WANDB_STEP: step})

@@ -1,0 +1,109 @@
+"""The probes' figures. matplotlib is imported here only, and only when a figure is made; figures are drawn
+on the Agg canvas directly (no pyplot: no global figure registry, no GUI backend)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+UNDERFLOW = "0 (underflow)"
+
+
+def figure(width: float = 6.0, height: float = 4.0):
+    """A matplotlib Figure on an Agg canvas, with fixed margins: a layout engine would measure every label
+    first, which costs more than the drawing (these are made at the end of every run)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=80)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.9, wspace=0.25)
+    return fig
+
+
+def to_rgb(fig):
+    """The figure as a uint8 array [height, width, rgb], for TensorBoard's add_image and wandb.Image."""
+    import numpy as np
+
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def save(fig, path: Path) -> Path:
+    fig.savefig(path)
+    return path
+
+
+def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
+    """p(correct) per example over steps (one line each), and the mean entropy and top-1 mass beside it."""
+    fig = figure(10, 4)
+    left, right = fig.subplots(1, 2)
+    steps = [h[0] for h in history]
+    for i in range(len(history[0][1])):
+        left.plot(steps, [h[1][i] for h in history], label=f"example {i}")
+    left.set(
+        xlabel="step", ylabel="p(correct token)", ylim=(0, 1.02), title="probability on the right answer"
+    )
+    if len(history[0][1]) <= 10:
+        left.legend(loc="lower right", fontsize="small")
+    right.plot(steps, [h[2] for h in history], label="entropy (nats)")
+    right.plot(steps, [h[3] for h in history], label="top-1 mass")
+    right.set(xlabel="step", title="spread-out -> concentrated")
+    right.legend(loc="center right", fontsize="small")
+    return fig
+
+
+def embedding_figure(coords: list[list[float]], labels: list[str], step: int, explained: list[float]):
+    """The token embeddings projected on their first two principal components; tokens labelled when few."""
+    fig = figure(5, 5)
+    fig.subplots_adjust(left=0.17)
+    ax = fig.subplots()
+    xs, ys = [c[0] for c in coords], [c[1] for c in coords]
+    ax.scatter(xs, ys, s=8, alpha=0.6)
+    if len(labels) <= 128:  # text labels are the slow part of the drawing, and unreadable beyond this
+        for x, y, label in zip(xs, ys, labels, strict=True):
+            ax.annotate(label, (x, y), fontsize=7)
+    ax.set(
+        xlabel=f"PC 1 ({explained[0]:.0%})",
+        ylabel=f"PC 2 ({explained[1]:.0%})",
+        title=f"token embeddings, step {step}",
+    )
+    return fig
+
+
+def grad_by_position_figure(series: dict[str, list[float]]):
+    """‖∂L/∂e_t‖ against position t, log scale, one line per series (e.g. "init", "step 50", "final").
+
+    A norm that underflowed to exactly 0 has no place on a log axis: it is drawn as a marker at the bottom
+    of the axis, labelled "0 (underflow)", rather than dropped."""
+    fig = figure(7, 4)
+    ax = fig.subplots()
+    positive = [v for values in series.values() for v in values if v > 0 and math.isfinite(v)]
+    bottom = min(positive) / 10 if positive else 1e-45
+    zero_labelled = False
+    for name, values in series.items():
+        positions = list(range(len(values)))
+        line = ax.plot(
+            positions, [v if v > 0 else math.nan for v in values], label=name, marker=".", markersize=3
+        )
+        zeros = [t for t, v in zip(positions, values, strict=True) if v == 0]
+        if zeros:
+            ax.plot(
+                zeros,
+                [bottom] * len(zeros),
+                linestyle="none",
+                marker="v",
+                color=line[0].get_color(),
+                label=None if zero_labelled else UNDERFLOW,
+            )
+            zero_labelled = True
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=bottom / 2)
+    ax.set(xlabel="position t", ylabel="‖∂L/∂e_t‖ (log)", title="gradient of the loss by input position")
+    ax.legend(loc="upper left", fontsize="small")
+    return fig
+
+
+def legend_labels(fig) -> list[str]:
+    """The legend entries of a figure's axes (what a reader of the plot is told)."""
+    return [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]
