@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 FORK = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 FULL = ["mode=full", "mode.val_every=12", "mode.ckpt_every=12", "data.size=56", "data.batch_size=8",
-        "model.dropout=0.1", "preflight=false", "mode.progress_bar=false"]
+        "model.dropout=0.1", "preflight=false", "mode.progress_bar=false", "probes=off"]
 
 
 def _weights(path) -> dict:
