@@ -37,6 +37,7 @@ def test_budget_exhausted_fails_with_exit_1(run_train, tmp_path):
     assert verdict["status"] == "FAIL" and verdict["steps"] == 2
 
 
+@pytest.mark.slow
 def test_preflight_failure_stops_before_training_with_exit_3(run_train, tmp_path):
     import os
 

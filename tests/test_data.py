@@ -55,6 +55,7 @@ def _generate_into(root: str) -> None:
     SyntheticDataModule(length=64, size=3000, val_size=300, root=root, seed=7).prepare_data()
 
 
+@pytest.mark.slow
 def test_concurrent_generators_leave_one_whole_identical_dataset(tmp_path):
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_generate_into, args=(str(tmp_path),)) for _ in range(4)]

@@ -165,6 +165,7 @@ def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_pa
     assert result.returncode == 2 and len(lines) == 1 and names in lines[0], result.stderr
 
 
+@pytest.mark.slow
 def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, tmp_path):
     from harness.data.format import write_dataset
     from harness.data.synthetic import generate
