@@ -6,7 +6,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.checks.base import FAIL, PASS, WARN, CheckResult, embedding_outputs, masked_loss, mode, shown, to_device
+from harness.checks.base import (
+    FAIL,
+    PASS,
+    WARN,
+    CheckResult,
+    embedding_outputs,
+    masked_loss,
+    mode,
+    shown,
+    to_device,
+)
+from harness.faults import first_nonfinite_module
 
 NOT_CALLED = ("forward never called model.token_embedding: the output ignores the input, or the tokens are "
               "embedded by another module (the Model contract: embed input_ids with `token_embedding`)")
@@ -97,25 +108,11 @@ def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
 def finite(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Logits, loss and gradients are finite at initialization; names the first module at fault."""
     batch = to_device(batch, model)
-    first_bad: list[str] = []
-
-    def watch(name):
-        def hook(module, inputs, output):
-            outputs = output if isinstance(output, tuple) else (output,)
-            if not first_bad and any(isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
-                                     for o in outputs):
-                first_bad.append(name or type(module).__name__)
-        return hook
-
-    handles = [m.register_forward_hook(watch(name)) for name, m in model.named_modules()]
-    try:
-        with mode(model, training=True):
-            logits = model(batch["input_ids"])
-            loss = masked_loss(logits, batch)
-            loss.backward()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with mode(model, training=True):
+        logits = model(batch["input_ids"])
+        loss = masked_loss(logits, batch)
+        loss.backward()
+        first_bad = [] if torch.isfinite(logits).all() else [first_nonfinite_module(model, batch["input_ids"]) or "?"]
     bad_grads = [n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
     model.zero_grad(set_to_none=True)
     if first_bad:
