@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.checks.base import FAIL, CheckResult, sample_batch
+from harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,32 @@ class PreflightPlugin:
             self.results.append(CheckResult(report.nodeid.split("::")[-1], FAIL, message))
             self._recorded.add(report.nodeid)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector):
+        # a test file that cannot be imported would otherwise drop its checks without a word; the
+        # collector, not the report, knows the file (a file outside the rootdir has an empty node id)
+        report = yield
+        if report.failed:
+            message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "could not be collected"
+            self.results.append(CheckResult(collector.path.name, FAIL, message))
+        return report
+
 
 def table(results: list[CheckResult]) -> str:
     width = max((len(r.name) for r in results), default=5)
     lines = [f"{'check':<{width}}  status  detail"] + [f"{r.name:<{width}}  {r.status:<6}  {r.detail}" for r in results]
     return "\n".join(lines)
+
+
+def preflight_files(cfg) -> list[str]:
+    """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
+    train.py runs). A missing file is a ConfigError: pytest would skip every check over it."""
+    extra = [Path(p) for p in cfg.get("preflight_tests", None) or []]
+    for path in extra:
+        if not path.is_file():
+            raise ConfigError("preflight_tests", str(path), f"no such file (looked in {Path.cwd()}); give the path "
+                                                            "of a pytest file, e.g. preflight_tests=[tests/preflight_mine.py]")
+    return [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in extra]
 
 
 def run_preflight(module, data, cfg) -> list[dict]:
@@ -68,14 +90,16 @@ def run_preflight(module, data, cfg) -> list[dict]:
         log.info("preflight skipped (preflight=false)")
         return []
     started = time.perf_counter()
-    files = [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in cfg.get("preflight_tests", None) or []]
+    files = preflight_files(cfg)
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
     was_training, threads = model.training, torch.get_num_threads()
     torch.set_num_threads(1)  # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     try:
+        # a file that fails to import is a FAIL row, and the other files' checks still run
         pytest.main([*files, "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
-                     "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"], plugins=[plugin])
+                     "--continue-on-collection-errors", "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"],
+                    plugins=[plugin])
     finally:
         torch.set_num_threads(threads)
         model.train(was_training)
