@@ -53,6 +53,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from harness.config import validate
+    from harness.distributed import check_launch, on_cluster
     from harness.errors import ConfigError
 
     args = get_args_parser().parse_args(argv)
@@ -72,6 +73,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         # each value with the first of every other: enough to catch any single bad value
         variants = [v + [f"{key}={values[0]}"] for v in variants] + [variants[0] + [f"{key}={value}"] for value in values[1:]]
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
+        try:
+            launcher = compose(config_name="train", overrides=hydra_overrides, return_hydra_config=True).hydra.launcher
+        except Exception as err:
+            _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
         base = None
         for variant in variants:
             try:
@@ -79,14 +84,12 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             except Exception as err:
                 base = base or compose(config_name="train")
                 _die(_explain(err, variant, base), err)
-            try:
-                validate(cfg)
+            try:  # the devices are held against this machine unless a cluster runs the job elsewhere
+                validate(cfg, devices=not on_cluster(launcher))
+                check_launch(cfg, launcher, multirun=args.multirun)  # DDP ranks that would never meet
             except ConfigError as err:
                 _die(str(err), err)
-        try:
-            hydra_cfg = compose(config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True).hydra
-        except Exception as err:
-            _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
+        hydra_cfg = compose(config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True).hydra
         key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
         check_writable(key, str(hydra_cfg.sweep.dir if args.multirun else hydra_cfg.run.dir))
 
@@ -112,6 +115,7 @@ def task(cfg) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from harness.distributed import global_rank
     from harness.errors import ConfigError
     from harness.run import exit_code, run
     from harness.verdict import write_verdict
@@ -133,7 +137,8 @@ def task(cfg) -> dict | None:
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
         return None
     if not sweeping:
-        sys.exit(exit_code(verdict))
+        # a DDP rank > 0 reports through rank 0: its own non-zero exit would make Lightning kill rank 0
+        sys.exit(exit_code(verdict) if global_rank() == 0 else 0)
     return verdict
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.distributed import check_devices
 from harness.errors import ConfigError
 
 MODES = ("overfit", "full")
@@ -22,8 +23,24 @@ def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> None:
         raise ConfigError(key, value, f"must be a whole number >= {minimum}; {hint}")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError on the first bad value of the composed config."""
+def check_compile(value) -> None:
+    """model.compile: false, true (torch.compile's default backend) or the name of a torch.compile backend."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        import torch
+
+        if value in torch._dynamo.list_backends(exclude_tags=()):
+            return
+        raise ConfigError("model.compile", value, f"no such torch.compile backend; choose true, false or one of "
+                                                  f"{', '.join(torch._dynamo.list_backends())}")
+    raise ConfigError("model.compile", value, "choose true (torch.compile the training step), false, or a backend "
+                                              "name such as aot_eager")
+
+
+def validate(cfg: DictConfig, devices: bool = True) -> None:
+    """Raise ConfigError on the first bad value of the composed config. `devices`: also hold the trainer's devices
+    against this machine (the CLI leaves that to the job when a cluster launcher runs it elsewhere)."""
     for key in sorted(OmegaConf.missing_keys(cfg)):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
@@ -44,11 +61,8 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(max_len, int) and max_len < cfg.data.length:
         raise ConfigError("data.length", cfg.data.length, f"longer than model.max_len={max_len}, the longest input the "
                                                           f"model can embed; raise model.max_len or shorten data.length")
-    if cfg.trainer.get("accelerator") in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("trainer.accelerator", cfg.trainer.accelerator, "no CUDA device is visible on this "
-                                                                              "machine; use trainer=cpu")
+    if devices:
+        check_devices(cfg.trainer)
+    check_compile(cfg.model.get("compile"))
     if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
         raise ConfigError("ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh")

@@ -25,11 +25,18 @@ class HarnessModule(pl.LightningModule):
     under train/ and val/. The model holds architecture only: everything else lives here or in probes."""
 
     def __init__(self, model: nn.Module, lr: float = 3e-3, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.99), vectorize: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.99), vectorize: bool = True, compile: bool | str = False):
         super().__init__()
         self.model = model
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
         self.loss_fn = MaskedCrossEntropy(vectorize)
+        # model.compile=true: the training step runs a compiled forward sharing the model's parameters. It is
+        # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
+        # (validation, the verdict's evaluation, probes and preflight checks, their hooks on `token_embedding`)
+        # runs the plain model: same weights, and nothing they report can depend on the compiler.
+        # A string names the torch.compile backend (true: its default, inductor).
+        backend = compile if isinstance(compile, str) else "inductor"
+        self.__dict__["train_forward"] = torch.compile(model, backend=backend) if compile else model
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
@@ -40,7 +47,7 @@ class HarnessModule(pl.LightningModule):
         return loss, {"loss": loss.detach(), **masked_metrics(logits, batch["targets"], batch["loss_mask"])}
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
-        logits = self.model(batch["input_ids"])
+        logits = self.train_forward(batch["input_ids"])
         loss, metrics = self.loss_and_metrics(batch, logits)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
                       batch_size=batch["input_ids"].shape[0])
@@ -49,8 +56,9 @@ class HarnessModule(pl.LightningModule):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics = self.loss_and_metrics(batch)
+        # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
         self.log_dict({f"val/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True,
-                      batch_size=batch["input_ids"].shape[0])
+                      batch_size=batch["input_ids"].shape[0], sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay, betas=self.betas)

@@ -113,7 +113,9 @@ class StopAtTarget(pl.Callback):
         self.reached_at: int | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.last_loss = outputs["loss"].item()  # the verdict needs it every step: one sync, tiny batch
+        # the mean over DDP ranks (the loss itself with one process): every rank stops at the same step, none
+        # is left waiting in an all-reduce. The verdict needs it every step: one sync, tiny batch.
+        self.last_loss = trainer.strategy.reduce(outputs["loss"].detach(), reduce_op="mean").item()
         if self.last_loss <= self.floor + self.target and self.reached_at is None:
             self.reached_at = trainer.global_step
             trainer.should_stop = True

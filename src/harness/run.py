@@ -15,16 +15,20 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import validate
+from harness.distributed import global_rank, started_by_lightning
 from harness.errors import ConfigError
 from harness.faults import Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
-from harness.probes import build_probes
 from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, evaluate
+from harness.probes import build_probes
 from harness.seeding import seed_all
 from harness.verdict import write_verdict
 
 log = logging.getLogger(__name__)
+
+#: keys of a model's config that say how the harness runs the model, not what it is: never passed to it
+RUN_KEYS = ("compile",)
 
 EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}  # INTERRUPTED: 128 + signal
 
@@ -65,6 +69,8 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
 
 def build(node: DictConfig, key: str, **kwargs):
     """hydra.utils.instantiate, with a user's mistake turned into a one-line ConfigError."""
+    if key == "model":
+        node = OmegaConf.create({k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k not in RUN_KEYS})
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
@@ -87,6 +93,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
         max_steps=mode.max_steps, max_epochs=-1, val_check_interval=mode.val_every, check_val_every_n_epoch=None,
         log_every_n_steps=mode.log_every, num_sanity_val_steps=0, enable_model_summary=False,
         enable_progress_bar=mode.progress_bar, enable_checkpointing=mode.name == "full",
+        # overfit mode: every DDP rank trains on the same n examples (the run is the one-process run, its
+        # gradients all-reduced); full mode: each rank reads its own share of the data
+        use_distributed_sampler=mode.name != "overfit",
         default_root_dir=run_dir, callbacks=callbacks, logger=loggers,
         **OmegaConf.to_container(cfg.trainer, resolve=True),
     )
@@ -99,7 +108,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
 
 def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
-    validate(cfg)
+    validate(cfg)  # devices included: here is the machine that runs the job
     started = time.perf_counter()
     hydra = HydraConfig.get()
     run_dir = Path(hydra.runtime.output_dir)
@@ -113,7 +122,8 @@ def run(cfg: DictConfig) -> dict:
     data.prepare_data()
     data.setup("fit")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
-    module = HarnessModule(model, **cfg.optim, vectorize=cfg.model.get("vectorize", True))
+    module = HarnessModule(model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.model.compile)
+    first = global_rank() == 0  # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
 
     verdict = {
         "mode": cfg.mode.name, "n": cfg.n if overfit else None, "model": hydra.runtime.choices.get("model"),
@@ -124,11 +134,14 @@ def run(cfg: DictConfig) -> dict:
     from harness.checks.preflight import run_preflight
 
     preflight_started = time.perf_counter()
-    verdict["checks"] = run_preflight(module, data, cfg)
+    # a rank Lightning started exists only because rank 0's preflight passed; ranks SLURM starts together each
+    # run it (same seed, same data, same decision), so none is left waiting for a rank that stopped
+    verdict["checks"] = [] if started_by_lightning() else run_preflight(module, data, cfg)
     verdict["preflight_seconds"] = round(time.perf_counter() - preflight_started, 3)
     if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict["checks"]):
         verdict.update(status="PREFLIGHT_FAIL", seconds=round(time.perf_counter() - started, 3))
-        write_verdict(run_dir, verdict)
+        if first:
+            write_verdict(run_dir, verdict)
         log.error("preflight FAILED: training not started (preflight=warn reports and goes on)")
         return verdict
 
@@ -173,7 +186,8 @@ def run(cfg: DictConfig) -> dict:
     if stopped is not None:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         verdict.update(final_loss=metrics.get("train/loss"), seconds=round(time.perf_counter() - started, 3))
-        write_verdict(run_dir, verdict)
+        if first:
+            write_verdict(run_dir, verdict)
         log.warning("%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json")
         return verdict
     if overfit:
@@ -186,9 +200,9 @@ def run(cfg: DictConfig) -> dict:
         verdict.update(status="DONE", final_loss=metrics.get("train/loss"), val_loss=metrics.get("val/loss"),
                        accuracy=metrics.get("val/acc"), p_correct=metrics.get("val/p_correct"))
     verdict["seconds"] = round(time.perf_counter() - started, 3)
-    path = write_verdict(run_dir, verdict)
-    log.info("%s", summary_line(verdict, cfg))
-    log.info("verdict: %s", path)
+    if first:
+        log.info("%s", summary_line(verdict, cfg))
+        log.info("verdict: %s", write_verdict(run_dir, verdict))
     return verdict
 
 

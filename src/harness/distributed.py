@@ -1,0 +1,117 @@
+"""Several processes, one run: which rank this process is, and the launches the harness refuses.
+
+Two ways ranks start (conf/trainer/ddp.yaml):
+
+- one machine, `trainer=ddp`: Lightning's launcher restarts `train.py` with the same arguments for ranks 1..,
+  when `Trainer.fit` begins, so after rank 0 built the data and passed the preflight. Lightning adds
+  `hydra.run.dir=<rank 0's run dir>` and `hydra.output_subdir=null`, so every rank works in rank 0's run
+  directory and only rank 0 writes `.hydra/`.
+- a cluster, `hydra/launcher=slurm`: SLURM starts every task of a job at once (one per GPU); Lightning reads
+  the ranks from SLURM's variables and starts nothing itself.
+
+Rank 0 alone writes: the verdict, metrics.csv (Lightning's loggers are rank-zero only) and every probe output."""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+from harness.errors import ConfigError
+
+#: where each launcher puts the global rank: torchrun, SLURM, then Lightning's own launcher (one machine)
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+
+
+def global_rank() -> int:
+    """This process's rank among all processes of the run, known before the Trainer exists (0 when alone)."""
+    for name in RANK_VARIABLES:
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def started_by_lightning() -> bool:
+    """Whether Lightning's launcher started this process as a rank > 0: it does so only once rank 0 is in
+    `Trainer.fit`, that is after rank 0's preflight passed, so this rank need not run it again."""
+    return global_rank() > 0 and "RANK" not in os.environ and "SLURM_PROCID" not in os.environ
+
+
+def processes(trainer: DictConfig) -> int:
+    """Processes the Trainer config asks for on this machine (1 unless a DDP strategy is chosen)."""
+    strategy = str(trainer.get("strategy", "auto"))
+    devices = trainer.get("devices", 1)
+    return devices if strategy.startswith("ddp") and isinstance(devices, int) else 1
+
+
+def check_devices(trainer: DictConfig) -> None:
+    """Refuse a GPU run without a GPU, more processes than this machine holds, and several machines without
+    anything to start them."""
+    count, nodes = processes(trainer), trainer.get("num_nodes", 1)
+    accelerator = trainer.get("accelerator", "auto")
+    if count == 1 and nodes == 1 and accelerator not in ("gpu", "cuda"):
+        return  # one process on whatever is there: nothing to count (and no torch import at the door)
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if accelerator in ("gpu", "cuda") and not gpus:
+        raise ConfigError(
+            "trainer.accelerator", accelerator, "no CUDA device is visible on this machine; use trainer=cpu"
+        )
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and gpus):
+        if count > gpus:
+            raise ConfigError(
+                "trainer.devices",
+                count,
+                f"this machine has {gpus} GPU(s); one DDP process a GPU (try trainer.devices={max(gpus, 1)})",
+            )
+    elif count > (os.cpu_count() or 1):
+        raise ConfigError(
+            "trainer.devices",
+            count,
+            f"this machine has {os.cpu_count()} CPU cores and no GPU; more "
+            f"processes than cores only wait on each other "
+            f"(try trainer.devices={os.cpu_count()})",
+        )
+    if nodes != 1 and "SLURM_JOB_ID" not in os.environ and "MASTER_ADDR" not in os.environ:
+        raise ConfigError(
+            "trainer.num_nodes",
+            nodes,
+            "several machines need a cluster to start the ranks on each: "
+            f"run with hydra/launcher=slurm hydra.launcher.nodes={nodes}, "
+            "or keep trainer.num_nodes=1",
+        )
+
+
+def on_cluster(launcher: DictConfig) -> bool:
+    """Whether `launcher` (the composed hydra.launcher node) runs jobs on a cluster, which starts the ranks."""
+    return str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+
+
+def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
+    """Refuse launches where DDP ranks would not meet: checked at the door, before a job is queued.
+    `launcher`: the composed hydra.launcher node."""
+    count, nodes = processes(cfg.trainer), cfg.trainer.get("num_nodes", 1)
+    if on_cluster(launcher):
+        if count > 1 and launcher.tasks_per_node != count:
+            raise ConfigError(
+                "hydra.launcher.tasks_per_node",
+                launcher.tasks_per_node,
+                f"SLURM starts the DDP ranks: one task a process, so it must equal "
+                f"trainer.devices={count} (set hydra.launcher.tasks_per_node={count})",
+            )
+        if launcher.nodes != nodes:
+            raise ConfigError(
+                "hydra.launcher.nodes",
+                launcher.nodes,
+                f"must equal trainer.num_nodes={nodes}: Lightning counts the ranks from both "
+                f"(set trainer.num_nodes={launcher.nodes} or hydra.launcher.nodes={nodes})",
+            )
+    elif multirun and count > 1:
+        raise ConfigError(
+            "trainer",
+            "ddp",
+            "in a local sweep Lightning would restart the whole sweep in every rank; "
+            "run the jobs one at a time (no -m), or sweep on a cluster with "
+            "hydra/launcher=slurm, where SLURM starts the ranks",
+        )
