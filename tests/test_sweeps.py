@@ -394,7 +394,12 @@ def test_slurm_launcher_asks_for_the_configured_resources(tmp_path, data_root):
         "hydra.launcher.partition=debug",
         "hydra.launcher.nodes=2",
         "hydra.launcher.gpus_per_node=4",
+        "hydra.launcher.tasks_per_node=4",  # one DDP rank a GPU: 8 ranks over 2 machines
         "hydra.launcher.timeout_min=30",
+        "trainer=ddp",
+        "trainer.accelerator=gpu",  # no GPU here: the job counts its devices where it runs
+        "trainer.devices=4",
+        "trainer.num_nodes=2",
         "data.length=10,20",
         cwd=tmp_path,
         data_root=data_root,
@@ -406,6 +411,7 @@ def test_slurm_launcher_asks_for_the_configured_resources(tmp_path, data_root):
         "#SBATCH --partition=debug",
         "#SBATCH --nodes=2",
         "#SBATCH --gpus-per-node=4",
+        "#SBATCH --ntasks-per-node=4",
         "#SBATCH --time=30",
         "#SBATCH --array=0-1",
     ):

@@ -1,0 +1,243 @@
+"""Past one process: DDP on CPU (gloo), torch.compile, the refusals at the door, and a DDP sweep sent to SLURM.
+
+The DDP tests start real processes (Lightning restarts the script for rank 1), so they cost seconds each."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cli import check_overrides
+from tests.conftest import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --- DDP: two processes on this CPU, one run --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, data_root) -> tuple[subprocess.CompletedProcess, Path]:
+    """`train.py mode=overfit n=2 trainer=ddp` with the default, timestamped run dir: each restarted rank
+    would make its own if it computed the timestamp again."""
+    cwd = tmp_path_factory.mktemp("ddp")
+    result = train(
+        "mode=overfit",
+        "n=2",
+        "trainer=ddp",
+        "data.length=12",
+        "hydra.run.dir=outputs/runs/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}",
+        cwd=cwd,
+        data_root=data_root,
+    )
+    return result, cwd
+
+
+def test_ddp_overfit_passes_in_one_run_dir(ddp_run):
+    result, cwd = ddp_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dirs = list((cwd / "outputs" / "runs").glob("*/*"))
+    assert len(run_dirs) == 1, f"one run, one dir: {run_dirs}"
+    assert [p.parent for p in cwd.rglob("verdict.json")] == run_dirs
+    verdict = json.loads((run_dirs[0] / "verdict.json").read_text())
+    assert verdict["status"] == "PASS" and verdict["accuracy"] == 1.0, verdict
+    assert (run_dirs[0] / "train_ddp_process_1.log").is_file(), "rank 1 never started: not a DDP run"
+
+
+def test_ddp_rank0_alone_writes_metrics_probes_and_checks(ddp_run):
+    result, cwd = ddp_run
+    (run_dir,) = (cwd / "outputs" / "runs").glob("*/*")
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    with (run_dir / "metrics.csv").open() as f:
+        losses = [row for row in csv.DictReader(f) if row["train/loss"]]
+    steps = [row["step"] for row in losses]
+    assert len(steps) == len(set(steps)) == verdict["steps"], f"a metrics row a step, once: {steps}"
+    lines = (run_dir / "datapoints.jsonl").read_text().splitlines()
+    assert lines and len(lines) == len(set(lines)), "datapoints written twice"
+    assert verdict["checks"] and all(c["status"] == "PASS" for c in verdict["checks"])
+    assert verdict["grad_by_position"] and verdict["inputs_identical"] is True
+    preflights = {p.name: p.read_text().count("preflight (") for p in run_dir.glob("*.log")}
+    assert preflights == {"train.log": 1, "train_ddp_process_1.log": 0}, preflights
+
+
+GRADIENTS = textwrap.dedent('''
+    """Two DDP ranks, each with its own example; the gradient probe's total norm at step 0 is written as JSON."""
+    import copy, csv, json, sys
+
+    import pytorch_lightning as pl
+    import torch
+    from pytorch_lightning.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from harness.models import RNN
+    from harness.module import HarnessModule
+    from harness.probes.emit import MetricSink
+    from harness.probes.gradients import LayerNorms
+    from harness.probes.probeset import ProbeSet
+
+
+    class LocalGradient(pl.Callback):
+        """At step 0: this rank's own gradient (a copy of the model, this rank's batch) and the mean over ranks."""
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            model = copy.deepcopy(pl_module.model)
+            pl_module.loss_fn(model(batch["input_ids"]), batch["targets"], batch["loss_mask"]).backward()
+            local = torch.cat([p.grad.flatten() for p in model.parameters()])
+            self.local = local.norm().item()
+            self.mean = trainer.strategy.all_gather(local).mean(dim=0).norm().item()  # [ranks, params] -> params
+
+
+    def example(i):
+        ids = torch.tensor([i + 1, 2, 3, 4, 5, 6])
+        return {"input_ids": ids, "targets": (ids * (i + 2)) % 9, "loss_mask": torch.ones(6, dtype=torch.bool)}
+
+
+    if __name__ == "__main__":
+        out = sys.argv[1]
+        torch.manual_seed(0)
+        module = HarnessModule(RNN(vocab_size=9, d_model=8))
+        local, sink = LocalGradient(), MetricSink()
+        probes = ProbeSet([LayerNorms(sink, every=1, patience=None), sink])
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=1, callbacks=[local, probes],
+                             logger=CSVLogger(out, name="", version=""), enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(module, DataLoader([example(0), example(1)], batch_size=1))
+        if trainer.is_global_zero:
+            with open(f"{out}/metrics.csv") as f:
+                seen = next(float(r["grad_norm/total"]) for r in csv.DictReader(f) if r.get("grad_norm/total"))
+            json.dump({"probe": seen, "mean_over_ranks": local.mean, "rank0_alone": local.local},
+                      open(f"{out}/gradients.json", "w"))
+''')
+
+
+def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
+    """Lightning calls on_before_optimizer_step after backward, when DDP's all-reduce has finished: the probe's
+    norm is that of the mean gradient over ranks, not of rank 0's own."""
+    script = tmp_path / "ddp_gradients.py"
+    script.write_text(GRADIENTS)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    norms = json.loads((tmp_path / "gradients.json").read_text())
+    assert abs(norms["rank0_alone"] - norms["mean_over_ranks"]) > 1e-2 * norms["mean_over_ranks"], norms
+    assert norms["probe"] == pytest.approx(norms["mean_over_ranks"], rel=1e-4), norms
+
+
+# --- torch.compile ----------------------------------------------------------------------------------------------
+
+
+def test_compiled_overfit_keeps_probes_and_checks(run_train, tmp_path):
+    """model.compile with the aot_eager backend (traced by dynamo and AOTAutograd, no C code generated: seconds)."""
+    result = run_train("mode=overfit", "n=2", "model.compile=aot_eager", "data.length=12")
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "PASS", verdict
+    assert {c["name"] for c in verdict["checks"]} >= {"gradient_flow", "causality", "batch_independence"}
+    assert all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
+    assert verdict["grad_by_position"] and verdict["dead_params"] == []
+    header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    assert "grad_norm/token_embedding.weight" in header, "parameter names changed under compile"
+    assert (tmp_path / "run" / "datapoints.jsonl").read_text()
+
+
+def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_path):
+    import pytorch_lightning as pl
+    from torch._dynamo.utils import counters
+    from torch.utils.data import DataLoader
+
+    from harness.models import Transformer
+    from harness.module import HarnessModule
+
+    ids = torch.tensor([1, 2, 3, 4])
+    batch = {"input_ids": ids, "targets": ids.roll(-1), "loss_mask": torch.ones(4, dtype=torch.bool)}
+    # a transformer: dynamo does not trace nn.RNN / nn.LSTM (it falls back to eager around them)
+    module = HarnessModule(
+        Transformer(vocab_size=6, max_len=4, d_model=8, layers=1, heads=2), compile="aot_eager"
+    )
+    torch._dynamo.reset()
+    counters.clear()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, DataLoader([batch], batch_size=1))
+    assert counters["stats"]["unique_graphs"] >= 1, "the training step never went through torch.compile"
+    assert not [k for k in module.state_dict() if "_orig_mod" in k]
+    assert isinstance(module.model.token_embedding, torch.nn.Embedding)
+
+
+@pytest.mark.slow
+def test_inductor_compile_overfit_passes(run_train, tmp_path):
+    """model.compile=true: inductor, which writes and compiles C++ on CPU (about 40 s here)."""
+    result = run_train(
+        "mode=overfit", "n=2", "model.compile=true", "data.length=12", "probes=off", timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
+
+
+# --- refused at the door, one line each ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["trainer=ddp", "trainer.devices=64"], "trainer.devices=64"),
+        (["trainer=ddp", "trainer.num_nodes=2"], "trainer.num_nodes=2"),
+        (["-m", "trainer=ddp", "data.length=10,20"], "trainer=ddp"),
+        (
+            ["-m", "hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4"],
+            "hydra.launcher.tasks_per_node=1",
+        ),
+        (
+            ["-m", "hydra/launcher=slurm", "hydra.launcher.nodes=2", "data.length=10,20"],
+            "hydra.launcher.nodes=2",
+        ),
+        (["model.compile=inductr"], "model.compile=inductr"),
+        (["model.compile=3"], "model.compile=3"),
+    ],
+    ids=["devices", "nodes", "local-sweep", "slurm-tasks", "slurm-nodes", "backend", "compile-type"],
+)
+def test_unsound_scale_settings_are_refused(argv, names, capsys, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(argv, ROOT / "conf")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1 and names in lines[0], lines
+
+
+def test_a_cluster_job_is_not_held_to_this_machine(monkeypatch):
+    """On the login node: 8 GPUs a job, 2 machines, none of it here; the job checks its devices where it runs."""
+    check_overrides(
+        [
+            "-m",
+            "hydra/launcher=slurm",
+            "hydra.launcher.nodes=2",
+            "hydra.launcher.tasks_per_node=8",
+            "hydra.launcher.gpus_per_node=8",
+            "trainer=ddp",
+            "trainer.accelerator=gpu",
+            "trainer.devices=8",
+            "trainer.num_nodes=2",
+            "data.length=10,20",
+        ],
+        ROOT / "conf",
+    )
