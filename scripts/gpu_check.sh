@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# GPU readiness in a few minutes, on a machine with a CUDA device:
+#   1. python train.py mode=overfit n=2 trainer=gpu                  bf16-mixed: preflight, then PASS/FAIL
+#   2. the same with model.compile=true                              torch.compile (inductor, Triton kernels)
+#   3. python -m harness.bench probes                                what the probes cost a training step (its
+#                                                                    Trainers say accelerator="cpu" for now)
+# Prints each result and exits non-zero if any step fails (2 when there is no GPU at all).
+#   scripts/gpu_check.sh                  PYTHON=python3 scripts/gpu_check.sh   (default: .venv/bin/python)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON="${PYTHON:-.venv/bin/python}"
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+
+if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "gpu_check: no CUDA device visible to $PYTHON (torch.cuda.is_available() is False, or torch is" \
+       "missing); run this on a GPU machine, with a CUDA build of torch" >&2
+  exit 2
+fi
+"$PYTHON" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"device: {p.name}, \
+{p.total_memory / 2**30:.0f} GiB, bf16 {torch.cuda.is_bf16_supported()}, torch {torch.__version__}")'
+
+# verdict DIR: one line out of DIR/verdict.json; fails unless the status is PASS
+verdict() {
+  "$PYTHON" - "$1" <<'PY'
+import json, sys
+v = json.load(open(f"{sys.argv[1]}/verdict.json"))
+bad = [c["name"] for c in v.get("checks", []) if c["status"] == "FAIL"]
+print(f"  {v['status']}: {v['steps']} steps, loss {v['final_loss']}, {v['seconds']} s, "
+      f"preflight {len(v['checks'])} checks{', FAILED: ' + ', '.join(bad) if bad else ''}")
+sys.exit(0 if v["status"] == "PASS" else 1)
+PY
+}
+
+failures=0
+# overfit NAME ARGS...: one overfit run on the GPU, its log kept in $OUT/NAME.log
+overfit() {
+  local name="$1"
+  shift
+  echo "== $name: train.py mode=overfit n=2 trainer=gpu $*"
+  if timeout 600 "$PYTHON" train.py mode=overfit n=2 trainer=gpu "$@" "hydra.run.dir=$OUT/$name" \
+       >"$OUT/$name.log" 2>&1 && verdict "$OUT/$name"; then
+    return 0
+  fi
+  echo "  FAILED; the last lines of $OUT/$name.log:"
+  tail -n 20 "$OUT/$name.log"
+  failures=$((failures + 1))
+}
+
+overfit bf16
+overfit compiled model.compile=true
+
+echo "== probe benchmark: python -m harness.bench probes"
+if ! timeout 900 "$PYTHON" -m harness.bench probes; then
+  echo "  FAILED"
+  failures=$((failures + 1))
+fi
+
+echo "outputs: $OUT"
+if ((failures)); then
+  echo "gpu_check: $failures step(s) failed" >&2
+  exit 1
+fi
+echo "gpu_check: all passed"
