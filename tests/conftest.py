@@ -12,8 +12,22 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
+import examples.twin  # noqa: F401  (registers the guide's Twin: the twin tests compare it like a built-in)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu are skipped, with the reason shown, where no CUDA device is visible."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
