@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install train overfit ladder sweep vanishing test test-slow test-all bench lint format clean
+.PHONY: help install train overfit ladder sweep vanishing test test-slow test-all bench lint format rename clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -60,6 +60,9 @@ lint: $(STAMP)  ## ruff check and format check
 format: $(STAMP)  ## ruff fix and format
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+rename:  ## rename the package and every reference to it (make rename NAME=mylab), then run make install
+	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py $(NAME)
 
 clean:  ## remove outputs/ and generated data (keeps .venv)
 	rm -rf outputs data/synthetic data/text
