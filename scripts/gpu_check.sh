@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU readiness in a few minutes, on a machine with a CUDA device:
 #   1. python train.py mode=overfit n=2 trainer=gpu                  bf16-mixed: preflight, then PASS/FAIL
-#   2. the same with model.compile=true                              torch.compile (inductor, Triton kernels)
+#   2. the same with compile=true                                    torch.compile (inductor, Triton kernels)
 #   3. python -m harness.bench probes                                what the probes cost a training step (its
 #                                                                    Trainers say accelerator="cpu" for now)
 # Prints each result and exits non-zero if any step fails (2 when there is no GPU at all).
@@ -48,7 +48,7 @@ overfit() {
 }
 
 overfit bf16
-overfit compiled model.compile=true
+overfit compiled compile=true
 
 echo "== probe benchmark: python -m harness.bench probes"
 if ! timeout 900 "$PYTHON" -m harness.bench probes; then

@@ -139,8 +139,8 @@ def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
 
 
 def test_compiled_overfit_keeps_probes_and_checks(run_train, tmp_path):
-    """model.compile with the aot_eager backend (traced by dynamo and AOTAutograd, no C code generated: seconds)."""
-    result = run_train("mode=overfit", "n=2", "model.compile=aot_eager", "data.length=12")
+    """compile with the aot_eager backend (traced by dynamo and AOTAutograd, no C code generated: seconds)."""
+    result = run_train("mode=overfit", "n=2", "compile=aot_eager", "data.length=12")
     assert result.returncode == 0, result.stderr[-3000:]
     verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
     assert verdict["status"] == "PASS", verdict
@@ -185,9 +185,9 @@ def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_pa
 
 @pytest.mark.slow
 def test_inductor_compile_overfit_passes(run_train, tmp_path):
-    """model.compile=true: inductor, which writes and compiles C++ on CPU (about 40 s here)."""
+    """compile=true: inductor, which writes and compiles C++ on CPU (about 40 s here)."""
     result = run_train(
-        "mode=overfit", "n=2", "model.compile=true", "data.length=12", "probes=off", timeout=600
+        "mode=overfit", "n=2", "compile=true", "data.length=12", "probes=off", timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
@@ -210,8 +210,8 @@ def test_inductor_compile_overfit_passes(run_train, tmp_path):
             ["-m", "hydra/launcher=slurm", "hydra.launcher.nodes=2", "data.length=10,20"],
             "hydra.launcher.nodes=2",
         ),
-        (["model.compile=inductr"], "model.compile=inductr"),
-        (["model.compile=3"], "model.compile=3"),
+        (["compile=inductr"], "compile=inductr"),
+        (["compile=3"], "compile=3"),
     ],
     ids=["devices", "nodes", "local-sweep", "slurm-tasks", "slurm-nodes", "backend", "compile-type"],
 )

@@ -24,7 +24,7 @@ def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> None:
 
 
 def check_compile(value) -> None:
-    """model.compile: false, true (torch.compile's default backend) or the name of a torch.compile backend."""
+    """compile: false, true (torch.compile's default backend) or the name of a torch.compile backend."""
     if isinstance(value, bool):
         return
     if isinstance(value, str):
@@ -32,10 +32,10 @@ def check_compile(value) -> None:
 
         if value in torch._dynamo.list_backends(exclude_tags=()):
             return
-        raise ConfigError("model.compile", value, f"no such torch.compile backend; choose true, false or one of "
-                                                  f"{', '.join(torch._dynamo.list_backends())}")
-    raise ConfigError("model.compile", value, "choose true (torch.compile the training step), false, or a backend "
-                                              "name such as aot_eager")
+        raise ConfigError("compile", value, f"no such torch.compile backend; choose true, false or one of "
+                                            f"{', '.join(torch._dynamo.list_backends())}")
+    raise ConfigError("compile", value, "choose true (torch.compile the training step), false, or a backend "
+                                        "name such as aot_eager")
 
 
 def validate(cfg: DictConfig, devices: bool = True) -> None:
@@ -63,6 +63,6 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
                                                           f"model can embed; raise model.max_len or shorten data.length")
     if devices:
         check_devices(cfg.trainer)
-    check_compile(cfg.model.get("compile"))
+    check_compile(cfg.compile)
     if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
         raise ConfigError("ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh")

@@ -30,7 +30,7 @@ class HarnessModule(pl.LightningModule):
         self.model = model
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
         self.loss_fn = MaskedCrossEntropy(vectorize)
-        # model.compile=true: the training step runs a compiled forward sharing the model's parameters. It is
+        # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
         # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
         # (validation, the verdict's evaluation, probes and preflight checks, their hooks on `token_embedding`)
         # runs the plain model: same weights, and nothing they report can depend on the compiler.

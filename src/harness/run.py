@@ -27,9 +27,6 @@ from harness.verdict import write_verdict
 
 log = logging.getLogger(__name__)
 
-#: keys of a model's config that say how the harness runs the model, not what it is: never passed to it
-RUN_KEYS = ("compile",)
-
 EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}  # INTERRUPTED: 128 + signal
 
 
@@ -69,8 +66,6 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
 
 def build(node: DictConfig, key: str, **kwargs):
     """hydra.utils.instantiate, with a user's mistake turned into a one-line ConfigError."""
-    if key == "model":
-        node = OmegaConf.create({k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k not in RUN_KEYS})
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
@@ -122,7 +117,7 @@ def run(cfg: DictConfig) -> dict:
     data.prepare_data()
     data.setup("fit")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
-    module = HarnessModule(model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.model.compile)
+    module = HarnessModule(model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile)
     first = global_rank() == 0  # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
 
     verdict = {
@@ -131,6 +126,7 @@ def run(cfg: DictConfig) -> dict:
         "seed": cfg.seed, "status": None, "final_loss": None, "floor": None, "steps": 0, "seconds": None,
         "accuracy": None, "p_correct": None, "val_loss": None, "checks": [], "run_dir": str(run_dir),
     }
+    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)  # before any work: a bad one is a config error
     from harness.checks.preflight import run_preflight
 
     preflight_started = time.perf_counter()
@@ -159,7 +155,6 @@ def run(cfg: DictConfig) -> dict:
             pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"),
             pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="last", every_n_train_steps=cfg.mode.ckpt_every,
                                          enable_version_counter=False)]
-    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)
     loggers = build_loggers(cfg.logger, run_dir)
     trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
 
@@ -184,8 +179,7 @@ def run(cfg: DictConfig) -> dict:
         log.error("%s: stopped; the weights are those before that step", stopped)
         verdict.update(status="NONFINITE", nonfinite={"step": stopped.step, "where": stopped.where})
     if stopped is not None:
-        metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
-        verdict.update(final_loss=metrics.get("train/loss"), seconds=round(time.perf_counter() - started, 3))
+        verdict.update(final_loss=last_loss(module), seconds=round(time.perf_counter() - started, 3))
         if first:
             write_verdict(run_dir, verdict)
         log.warning("%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json")
@@ -197,13 +191,17 @@ def run(cfg: DictConfig) -> dict:
                        val_loss=final["loss"], accuracy=final["acc"], p_correct=final["p_correct"])
     else:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
-        verdict.update(status="DONE", final_loss=metrics.get("train/loss"), val_loss=metrics.get("val/loss"),
+        verdict.update(status="DONE", final_loss=last_loss(module), val_loss=metrics.get("val/loss"),
                        accuracy=metrics.get("val/acc"), p_correct=metrics.get("val/p_correct"))
     verdict["seconds"] = round(time.perf_counter() - started, 3)
     if first:
         log.info("%s", summary_line(verdict, cfg))
         log.info("verdict: %s", write_verdict(run_dir, verdict))
     return verdict
+
+
+def last_loss(module: HarnessModule) -> float | None:
+    return None if module.last_loss is None else module.last_loss.item()
 
 
 def summary_line(verdict: dict, cfg: DictConfig) -> str:
