@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
+from einops import rearrange
 from torch import nn
 
 from harness.twins import MaskedCrossEntropy
 
 
-def masked_metrics(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-    """Accuracy and p(correct) (mean softmax probability of the target) over the masked positions."""
+def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Float[stat, b, time], detached: log p(target), log top-1 mass, argmax == target (0/1) and the log-sum-exp,
+    at every position. One max and one logsumexp over the vocabulary, no softmax: this runs every step, and
+    the logit-mass probe (harness.probes.logits) reads its figures from here instead of a second pass."""
     with torch.no_grad():
-        mask = loss_mask.float()
-        probs = logits.float().softmax(dim=-1)
-        p_target = probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        correct = (logits.argmax(dim=-1) == targets).float()
-        total = mask.sum()
-        return {"acc": (correct * mask).sum() / total, "p_correct": (p_target * mask).sum() / total}
+        logits = logits.detach().float()
+        top_logit, top = logits.max(dim=-1)
+        lse = logits.logsumexp(dim=-1)
+        target_logit = logits.gather(-1, targets[..., None])[..., 0]
+        correct = (top == targets).float()
+        return rearrange([target_logit - lse, top_logit - lse, correct, lse], "stat b time -> stat b time")
+
+
+def masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    """Accuracy and p(correct) (mean probability of the target) over the masked positions, from position_stats."""
+    mask = loss_mask.float()
+    total = mask.sum()
+    return {"acc": (stats[2] * mask).sum() / total, "p_correct": (stats[0].exp() * mask).sum() / total}
 
 
 class HarnessModule(pl.LightningModule):
@@ -29,6 +39,7 @@ class HarnessModule(pl.LightningModule):
         super().__init__()
         self.model = model
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
+        self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
         self.loss_fn = MaskedCrossEntropy(vectorize)
         # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
         # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
@@ -41,21 +52,27 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
-    def loss_and_metrics(self, batch: dict, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    def loss_and_metrics(self, batch: dict, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The loss, its metrics {loss, acc, p_correct} and position_stats of `logits` (default: a forward pass)."""
         logits = self.model(batch["input_ids"]) if logits is None else logits
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
-        return loss, {"loss": loss.detach(), **masked_metrics(logits, batch["targets"], batch["loss_mask"])}
+        stats = position_stats(logits, batch["targets"])
+        return loss, {"loss": loss.detach(), **masked_metrics(stats, batch["loss_mask"])}, stats
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
         logits = self.train_forward(batch["input_ids"])
-        loss, metrics = self.loss_and_metrics(batch, logits)
-        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
-                      batch_size=batch["input_ids"].shape[0])
-        # the logits, detached, for the logit-mass probe (harness.probes.logits): no second forward pass
-        return {"loss": loss, "logits": logits.detach()}
+        loss, metrics, stats = self.loss_and_metrics(batch, logits)
+        self.last_loss = metrics["loss"]  # the verdict's final loss, whichever step the run ends at (no sync)
+        if self._trainer is None or self.trainer._logger_connector.should_update_logs:
+            # only on the steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms a
+            # key whether or not it is written, a tenth of a tiny model's step
+            self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
+                          batch_size=batch["input_ids"].shape[0])
+        # for the logit-mass probe (harness.probes.logits): no second forward pass, no second pass over the logits
+        return {"loss": loss, "logits": logits.detach(), "position_stats": stats}
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        _, metrics = self.loss_and_metrics(batch)
+        _, metrics, _ = self.loss_and_metrics(batch)
         # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
         self.log_dict({f"val/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True,
                       batch_size=batch["input_ids"].shape[0], sync_dist=True)

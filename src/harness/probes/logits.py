@@ -13,23 +13,22 @@ import pytorch_lightning as pl
 import torch
 from einops import rearrange
 
+from harness.module import position_stats
 from harness.probes.emit import MetricSink, due, has_tracker, log_image
 
 log = logging.getLogger(__name__)
 
 
-def logit_mass(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+def logit_mass(logits: torch.Tensor, stats: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Float[stat, b]: p(correct), entropy (nats) and top-1 mass, each averaged over the example's masked
-    positions. Stays on the device. One softmax and a few reductions (this runs every step): the entropy is
-    lse - E_p[logit], with lse = max logit - log(top-1 mass): no log over the whole vocabulary."""
-    logits = logits.detach().float()
-    probs = logits.softmax(dim=-1)
-    top1, top = probs.max(dim=-1)  # the most likely token is also the largest logit: no second pass for it
-    lse = logits.gather(-1, top[..., None])[..., 0] - top1.log()
-    entropy = lse - torch.linalg.vecdot(probs, logits)
-    p_correct = probs.gather(-1, targets[..., None])[..., 0]
+    positions. `stats`: the step's position_stats (harness.module), which already hold log p(correct), the log
+    top-1 mass and the log-sum-exp; the entropy, lse - E_p[logit], takes the one pass over the vocabulary this
+    adds to a step. Stays on the device."""
+    log_p_correct, log_top1, _, lse = stats
+    probs = (logits.detach().float() - lse[..., None]).exp()
+    entropy = lse - torch.linalg.vecdot(probs, logits.detach().float())
     mask = loss_mask.float()
-    per_position = rearrange([p_correct, entropy, top1], "stat b time -> stat b time")
+    per_position = rearrange([log_p_correct.exp(), entropy, log_top1.exp()], "stat b time -> stat b time")
     return (per_position * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
 
 
@@ -60,7 +59,9 @@ class LogitMass(pl.Callback):
                 )
                 self.warned = True
             return
-        per_example = logit_mass(logits, batch["targets"], batch["loss_mask"])  # [stat, b]
+        stats = outputs.get("position_stats")
+        stats = position_stats(logits, batch["targets"]) if stats is None else stats
+        per_example = logit_mass(logits, stats, batch["loss_mask"])  # [stat, b]
         weights = (
             batch["loss_mask"].sum(dim=-1).float()
         )  # the batch figure averages positions, as train/ does
