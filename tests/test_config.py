@@ -57,8 +57,8 @@ def test_every_config_line_is_commented():
 
 @pytest.mark.parametrize(("override", "key"), [("n=0", "n"), ("n=abc", "n"), ("n=1.5", "n"), ("data.length=0", "data.length"),
                                                ("preflight=maybe", "preflight"), ("mode.max_steps=0", "mode.max_steps"),
-                                               ("seed=-1", "seed")])
+                                               ("seed=-1", "seed"), ("mode=full mode.ckpt_every=0", "mode.ckpt_every")])
 def test_bad_values_are_refused_naming_the_key(override, key, make_config):
     with pytest.raises(ConfigError) as err:
-        validate(make_config(override))
+        validate(make_config(*override.split()))
     assert str(err.value).startswith(f"{key}="), err.value

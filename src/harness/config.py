@@ -48,6 +48,8 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     _whole(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
     _whole(cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)")
     _whole(cfg, "mode.max_steps", 1, "mode.max_steps is the step budget (try mode.max_steps=500)")
+    if cfg.mode.name == "full":
+        _whole(cfg, "mode.ckpt_every", 1, "steps between periodic checkpoints in mode=full (try mode.ckpt_every=100)")
     if cfg.preflight not in (True, False, "warn"):
         raise ConfigError("preflight", cfg.preflight, "choose true (stop on FAIL), warn (report, go on) or false (skip)")
     if cfg.mode.name not in MODES:

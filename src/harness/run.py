@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import validate
 from harness.distributed import global_rank, started_by_lightning
 from harness.errors import ConfigError
-from harness.faults import Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
+from harness.faults import FinalCheckpoint, Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
 from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, evaluate
@@ -154,7 +154,8 @@ def run(cfg: DictConfig) -> dict:
         callbacks += [  # best by validation loss, and last every mode.ckpt_every steps (a hard kill loses less)
             pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"),
             pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="last", every_n_train_steps=cfg.mode.ckpt_every,
-                                         enable_version_counter=False)]
+                                         enable_version_counter=False),
+            FinalCheckpoint(checkpoints / "last.ckpt", cfg.mode.ckpt_every)]
     loggers = build_loggers(cfg.logger, run_dir)
     trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
 
