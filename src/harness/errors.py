@@ -6,4 +6,4 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, value: object, fix: str):
         self.key, self.value, self.fix = key, value, fix
-        super().__init__(f"{key}={value}: {fix}")
+        super().__init__(f"{key}={value}: {' '.join(str(fix).split())}")  # one line, whatever the cause said

@@ -19,6 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytorch_lightning as pl
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from harness.errors import ConfigError
@@ -114,4 +116,19 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl
     probes.append(ReseedProof(sink, reseed_every, active=overfit))
     if cfg.wandb_watch:
         probes.append(WandbWatch(log_what="all", log_freq=10))
-    return [ProbeSet([*probes, sink])]
+    # a fork's own probes: each its own callback, so every Lightning hook reaches it
+    return [ProbeSet([*probes, sink]), *(_extra(name, node) for name, node in (cfg.get("extra") or {}).items())]
+
+
+def _extra(name: str, node: DictConfig) -> pl.Callback:
+    """One of `probes.extra`, built by Hydra; a mistake in it is a one-line ConfigError."""
+    key = f"probes.extra.{name}"
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(key, node, "give {_target_: package.module.YourCallback, ...its arguments}")
+    try:
+        probe = instantiate(node)
+    except InstantiationException as err:
+        raise ConfigError(key, node._target_, f"could not be built ({err.__cause__ or err})") from None
+    if not isinstance(probe, pl.Callback):
+        raise ConfigError(key, node._target_, "is not a pytorch_lightning Callback; a probe must be one")
+    return probe
