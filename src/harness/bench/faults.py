@@ -1,0 +1,39 @@
+"""What the non-finite guard costs: a raw training step of the small reference model with the guard's check
+(the real NonFiniteGuard hook: one fused norm over the gradients and one host sync) over the same step
+without it. faults.json: {"nonfinite_guard": r}, target <= 1.02. torch's anomaly mode, the usual tool,
+is measured beside it for scale (details only)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.bench import ratio, write
+from harness.bench.loop import reference
+from harness.faults import NonFiniteGuard
+from harness.module import HarnessModule
+
+TARGET = 1.02
+
+
+def main(reps: int = 7) -> dict:
+    model, batch = reference("small")
+    module = HarnessModule(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    guard = NonFiniteGuard()
+    guard.batch = batch
+
+    def step(check: bool = False, anomaly: bool = False) -> None:
+        with torch.autograd.set_detect_anomaly(anomaly):
+            loss, _, _ = module.loss_and_metrics(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        if check:
+            guard.on_before_optimizer_step(None, module, optimizer)  # the trainer is only read on a failure
+        optimizer.step()
+
+    guarded = ratio(lambda: step(check=True), step, reps=reps, inner=5)
+    anomaly = ratio(lambda: step(anomaly=True), step, reps=3, inner=2)
+    figure = round(guarded["median"], 3)
+    write("faults", {"nonfinite_guard": figure},
+          {"target": f"<= {TARGET}", "guard_over_plain_step": guarded, "anomaly_mode_over_plain_step": anomaly})
+    return {"nonfinite_guard": (figure, figure <= TARGET)}
