@@ -12,8 +12,8 @@ from harness.twins import MaskedCrossEntropy
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Float[stat, b, time], detached: log p(target), log top-1 mass, argmax == target (0/1) and the log-sum-exp,
-    at every position. One max and one logsumexp over the vocabulary, no softmax: this runs every step, and
-    the logit-mass probe (harness.probes.logits) reads its figures from here instead of a second pass."""
+    at every position. One max and one logsumexp over the vocabulary, no softmax: this runs on every logged
+    step, and the logit-mass probe (harness.probes.logits) reads its figures from here instead of a second pass."""
     with torch.no_grad():
         logits = logits.detach().float()
         top_logit, top = logits.max(dim=-1)
@@ -61,15 +61,18 @@ class HarnessModule(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
         logits = self.train_forward(batch["input_ids"])
-        loss, metrics, stats = self.loss_and_metrics(batch, logits)
-        self.last_loss = metrics["loss"]  # the verdict's final loss, whichever step the run ends at (no sync)
+        loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
+        self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
+        # the logits, detached, for the logit-mass probe (harness.probes.logits): no second forward pass
+        out = {"loss": loss, "logits": logits.detach()}
         if self._trainer is None or self.trainer._logger_connector.should_update_logs:
-            # only on the steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms a
-            # key whether or not it is written, a tenth of a tiny model's step
+            # metrics only on the steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms
+            # a key whether or not it is written, and the statistics a pass over the logits
+            out["position_stats"] = stats = position_stats(logits, batch["targets"])  # the probe reuses them
+            metrics = {"loss": self.last_loss, **masked_metrics(stats, batch["loss_mask"])}
             self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
                           batch_size=batch["input_ids"].shape[0])
-        # for the logit-mass probe (harness.probes.logits): no second forward pass, no second pass over the logits
-        return {"loss": loss, "logits": logits.detach(), "position_stats": stats}
+        return out
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics, _ = self.loss_and_metrics(batch)
