@@ -18,8 +18,17 @@ from harness.verdict import read_verdict
 from tests.conftest import ROOT
 
 FORK = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-FULL = ["mode=full", "mode.val_every=12", "mode.ckpt_every=12", "data.size=56", "data.batch_size=8",
-        "model.dropout=0.1", "preflight=false", "mode.progress_bar=false", "probes=off"]
+FULL = [
+    "mode=full",
+    "mode.val_every=12",
+    "mode.ckpt_every=12",
+    "data.size=56",
+    "data.batch_size=8",
+    "model.dropout=0.1",
+    "preflight=false",
+    "mode.progress_bar=false",
+    "probes=off",
+]
 
 
 def _weights(path) -> dict:
@@ -34,12 +43,23 @@ def _rows(path) -> list[dict]:
 def test_resume_is_bit_for_bit(make_config, tmp_path):
     """24 steps, then resumed to 48 (mid-epoch, dropout on) == one run of 48: weights and losses."""
     run(make_config(*FULL, "mode.max_steps=24", run_dir=tmp_path / "first"))
-    run(make_config(*FULL, "mode.max_steps=48", f"ckpt_path={tmp_path / 'first/checkpoints/last.ckpt'}",
-                    run_dir=tmp_path / "resumed"))
+    run(
+        make_config(
+            *FULL,
+            "mode.max_steps=48",
+            f"ckpt_path={tmp_path / 'first/checkpoints/last.ckpt'}",
+            run_dir=tmp_path / "resumed",
+        )
+    )
     run(make_config(*FULL, "mode.max_steps=48", run_dir=tmp_path / "straight"))
-    resumed, straight = _weights(tmp_path / "resumed/checkpoints/last.ckpt"), _weights(tmp_path / "straight/checkpoints/last.ckpt")
+    resumed, straight = (
+        _weights(tmp_path / "resumed/checkpoints/last.ckpt"),
+        _weights(tmp_path / "straight/checkpoints/last.ckpt"),
+    )
     gaps = {k: (resumed[k] - straight[k]).abs().max().item() for k in straight}
-    assert all(torch.equal(resumed[k], straight[k]) for k in straight), max(gaps.items(), key=lambda kv: kv[1])
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight), max(
+        gaps.items(), key=lambda kv: kv[1]
+    )
     losses = {r["step"]: r["train/loss"] for r in _rows(tmp_path / "straight/metrics.csv")}
     after = _rows(tmp_path / "resumed/metrics.csv")
     assert after and all(losses[r["step"]] == r["train/loss"] for r in after)
@@ -52,8 +72,16 @@ def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
 
 
 def test_nonfinite_stops_at_its_step_naming_the_module(run_train, tmp_path):
-    result = run_train("model=rnn", "model._target_=tests.fork_models.ExplodingGRU", "mode=full", "mode.ckpt_every=2",
-                       "mode.max_steps=50", "preflight=false", "mode.progress_bar=false", env=FORK)
+    result = run_train(
+        "model=rnn",
+        "model._target_=tests.fork_models.ExplodingGRU",
+        "mode=full",
+        "mode.ckpt_every=2",
+        "mode.max_steps=50",
+        "preflight=false",
+        "mode.progress_bar=false",
+        env=FORK,
+    )
     assert result.returncode == 4, result.stderr[-3000:]
     verdict = read_verdict(tmp_path / "run")
     assert verdict["status"] == "NONFINITE" and "blowup" in verdict["nonfinite"]["where"], verdict
@@ -76,9 +104,20 @@ def _wait_for_steps(metrics, steps: int, process, timeout: float = 120) -> None:
 def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_path, data_root, make_config):
     """The real process is signalled mid-run; resuming from its checkpoint (in-process, quicker) ends at the
     same weights, bit for bit, as one uninterrupted run."""
-    args = [f"data.root={data_root}", *FULL, "mode.max_steps=100000", "mode.log_every=1"]  # stopped long before
-    first = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={tmp_path}/first"],
-                             cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        f"data.root={data_root}",
+        *FULL,
+        "mode.max_steps=100000",
+        "mode.log_every=1",
+    ]  # stopped long before
+    first = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={tmp_path}/first"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for_steps(tmp_path / "first/metrics.csv", 10, first)
     first.send_signal(signum)
     out, err = first.communicate(timeout=60)
@@ -90,14 +129,28 @@ def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_pa
     steps = verdict["steps"] + 7
     for name, extra in (("resumed", [f"ckpt_path={ckpt}"]), ("straight", [])):
         run(make_config(*FULL, f"mode.max_steps={steps}", *extra, run_dir=tmp_path / name))
-    resumed, straight = _weights(tmp_path / "resumed/checkpoints/last.ckpt"), _weights(tmp_path / "straight/checkpoints/last.ckpt")
+    resumed, straight = (
+        _weights(tmp_path / "resumed/checkpoints/last.ckpt"),
+        _weights(tmp_path / "straight/checkpoints/last.ckpt"),
+    )
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
 def test_hard_kill_leaves_the_metrics_logged_until_then(tmp_path, data_root):
-    args = [f"data.root={data_root}", *FULL, "mode.max_steps=5000", "mode.log_every=1", f"hydra.run.dir={tmp_path}/run"]
-    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = [
+        f"data.root={data_root}",
+        *FULL,
+        "mode.max_steps=5000",
+        "mode.log_every=1",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _wait_for_steps(tmp_path / "run/metrics.csv", 25, process)
     process.kill()
     process.wait(timeout=30)
@@ -117,43 +170,81 @@ def test_no_network_no_stdin(tmp_path, data_root):
         "import socket\n"
         "connect, connect_ex = socket.socket.connect, socket.socket.connect_ex\n"
         "def record(what):\n"
-        "    open(%r, 'a').write(repr(what) + '\\n')\n"
+        f"    open({str(tmp_path / 'attempts.txt')!r}, 'a').write(repr(what) + '\\n')\n"
         "    raise OSError('network refused by the test')\n"
         "def guarded(original):\n"
         "    def call(sock, address, *args):\n"
         "        return original(sock, address, *args) if sock.family == socket.AF_UNIX else record(address)\n"
         "    return call\n"
         "socket.socket.connect, socket.socket.connect_ex = guarded(connect), guarded(connect_ex)\n"
-        "socket.getaddrinfo = lambda *args, **kwargs: record(args)\n" % str(tmp_path / "attempts.txt"))
+        "socket.getaddrinfo = lambda *args, **kwargs: record(args)\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{guard}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    isolate = ["unshare", "-n"] if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0 else []
+    isolate = (
+        ["unshare", "-n"]
+        if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+        else []
+    )
     for extra in ([], ["logger=wandb"]):
-        result = subprocess.run([*isolate, sys.executable, str(ROOT / "train.py"), f"data.root={data_root}", "n=1", *extra,
-                                 f"hydra.run.dir={tmp_path}/run{len(extra)}"], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.close(0))
+        result = subprocess.run(
+            [
+                *isolate,
+                sys.executable,
+                str(ROOT / "train.py"),
+                f"data.root={data_root}",
+                "n=1",
+                *extra,
+                f"hydra.run.dir={tmp_path}/run{len(extra)}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda: os.close(0),
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     assert not (tmp_path / "attempts.txt").exists(), (tmp_path / "attempts.txt").read_text()
     assert list((tmp_path / "run1/wandb").glob("offline-run-*")), "wandb wrote no offline run"
 
 
 def test_checkpoint_of_another_shape_or_with_code_is_refused(make_config, tmp_path):
-    run(make_config("mode=full", "mode.max_steps=2", "mode.val_every=2", "mode.ckpt_every=2", "preflight=false",
-                    run_dir=tmp_path / "small"))
+    run(
+        make_config(
+            "mode=full",
+            "mode.max_steps=2",
+            "mode.val_every=2",
+            "mode.ckpt_every=2",
+            "preflight=false",
+            run_dir=tmp_path / "small",
+        )
+    )
     ckpt = tmp_path / "small/checkpoints/last.ckpt"
     with pytest.raises(ConfigError, match="another model shape"):
-        run(make_config("mode=full", "model.d_model=32", f"ckpt_path={ckpt}", "preflight=false", run_dir=tmp_path / "big"))
+        run(
+            make_config(
+                "mode=full",
+                "model.d_model=32",
+                f"ckpt_path={ckpt}",
+                "preflight=false",
+                run_dir=tmp_path / "big",
+            )
+        )
     evil = tmp_path / "evil.ckpt"
     torch.save({"state_dict": {}, "payload": ConfigError("x", 1, "runs code when unpickled")}, evil)
     with pytest.raises(ConfigError, match="not a readable Lightning checkpoint"):
         run(make_config("mode=full", f"ckpt_path={evil}", "preflight=false", run_dir=tmp_path / "evil"))
 
 
-@pytest.mark.parametrize(("override", "names"), [
-    ("hydra.run.dir=/etc/hostname/run", "hydra.run.dir=/etc/hostname/run"),
-    ("model.max_len=8", "data.length=32"),
-    ("trainer=gpu", "trainer.accelerator=gpu"),
-    ("ckpt_path=/nonexistent.ckpt", "ckpt_path=/nonexistent.ckpt"),
-])
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ("hydra.run.dir=/etc/hostname/run", "hydra.run.dir=/etc/hostname/run"),
+        ("model.max_len=8", "data.length=32"),
+        ("trainer=gpu", "trainer.accelerator=gpu"),
+        ("ckpt_path=/nonexistent.ckpt", "ckpt_path=/nonexistent.ckpt"),
+    ],
+)
 def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_path):
     if override == "trainer=gpu" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -162,18 +253,28 @@ def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_pa
     assert result.returncode == 2 and len(lines) == 1 and names in lines[0], result.stderr
 
 
-def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, tmp_path):
+def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_config, tmp_path):
     from harness.data.format import write_dataset
     from harness.data.synthetic import generate
 
     records = generate(16, 12, "first_token", "abcdefgh", "xy", seed=1)
-    folder = write_dataset(tmp_path / "mine", {"train": records[:10], "val": records[10:]}, task="classify",
-                           alphabet="abcdefghxy", length=16, source={"made_by": "test"})
-    ok = run_train("data=folder", f"data.path={folder}", "data.length=16", "n=2")
-    assert ok.returncode == 0, ok.stderr[-3000:]
+    folder = write_dataset(
+        tmp_path / "mine",
+        {"train": records[:10], "val": records[10:]},
+        task="classify",
+        alphabet="abcdefghxy",
+        length=16,
+        source={"made_by": "test"},
+    )
+    ok = run(make_config("data=folder", f"data.path={folder}", "data.length=16", "n=2", "probes=off"))
+    assert ok["status"] == "PASS", ok
     train = folder / "train.jsonl"
     train.write_text(train.read_text()[:-20])
     bad = run_train("data=folder", f"data.path={folder}", "data.length=16", "n=2")
     lines = [line for line in bad.stderr.splitlines() if line.strip()]
-    assert bad.returncode == 2 and len(lines) == 1 and "corrupt" in lines[0] and str(folder) in lines[0], bad.stderr
-    assert train.read_text().endswith(records[9]["text"][:0]) and not (folder / "train.jsonl").read_text().endswith("\n")
+    assert bad.returncode == 2 and len(lines) == 1 and "corrupt" in lines[0] and str(folder) in lines[0], (
+        bad.stderr
+    )
+    assert train.read_text().endswith(records[9]["text"][:0]) and not (
+        folder / "train.jsonl"
+    ).read_text().endswith("\n")
