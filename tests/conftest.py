@@ -57,14 +57,30 @@ def make_config(tmp_path, data_root):
     return make
 
 
-def train(*args: str, cwd: Path, data_root: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def train(
+    *args: str, cwd: Path, data_root: Path, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the real `python train.py ARGS` with outputs under `cwd` and stdin closed."""
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags (-m) go before the overrides
     root = [] if "data=folder" in args else [f"data.root={data_root}"]  # a folder is its own root
-    command = [sys.executable, str(ROOT / "train.py"), *flags, *root,
-               f"hydra.run.dir={cwd}/run", f"hydra.sweep.dir={cwd}/sweep", *(a for a in args if not a.startswith("-"))]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env={**os.environ, **(env or {})})
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        *flags,
+        *root,
+        f"hydra.run.dir={cwd}/run",
+        f"hydra.sweep.dir={cwd}/sweep",
+        *(a for a in args if not a.startswith("-")),
+    ]
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture

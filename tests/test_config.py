@@ -10,6 +10,7 @@ from harness.config import validate
 from harness.errors import ConfigError
 from tests.conftest import CONF
 
+
 def _folder_dataset(root) -> str:
     from harness.data.format import write_dataset
 
@@ -17,8 +18,12 @@ def _folder_dataset(root) -> str:
     return str(write_dataset(root / "mine", splits, task="classify", alphabet="ab01", length=32, source={}))
 
 
-OPTIONS = [(group.name, option.stem) for group in sorted(CONF.iterdir()) if group.is_dir() and group.name != "hydra"
-           for option in sorted(group.glob("*.yaml"))]
+OPTIONS = [
+    (group.name, option.stem)
+    for group in sorted(CONF.iterdir())
+    if group.is_dir() and group.name != "hydra"
+    for option in sorted(group.glob("*.yaml"))
+]
 
 
 def test_every_group_has_options():
@@ -47,7 +52,12 @@ def test_every_config_line_is_commented():
         assert lines[0].startswith("#"), f"{path} opens without a comment saying what it is"
         for i, line in enumerate(lines):
             stripped = line.strip()
-            if not stripped or stripped.startswith("#") or stripped.startswith("- ") or stripped.endswith(":"):
+            if (
+                not stripped
+                or stripped.startswith("#")
+                or stripped.startswith("- ")
+                or stripped.endswith(":")
+            ):
                 continue
             if stripped.startswith(("_target_", "name:", "# @package")):
                 continue
@@ -55,9 +65,19 @@ def test_every_config_line_is_commented():
             assert "#" in line or above.startswith("#"), f"{path}:{i + 1} has no comment: {line!r}"
 
 
-@pytest.mark.parametrize(("override", "key"), [("n=0", "n"), ("n=abc", "n"), ("n=1.5", "n"), ("data.length=0", "data.length"),
-                                               ("preflight=maybe", "preflight"), ("mode.max_steps=0", "mode.max_steps"),
-                                               ("seed=-1", "seed"), ("mode=full mode.ckpt_every=0", "mode.ckpt_every")])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("n=0", "n"),
+        ("n=abc", "n"),
+        ("n=1.5", "n"),
+        ("data.length=0", "data.length"),
+        ("preflight=maybe", "preflight"),
+        ("mode.max_steps=0", "mode.max_steps"),
+        ("seed=-1", "seed"),
+        ("mode=full mode.ckpt_every=0", "mode.ckpt_every"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_key(override, key, make_config):
     with pytest.raises(ConfigError) as err:
         validate(make_config(*override.split()))

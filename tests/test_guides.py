@@ -235,16 +235,26 @@ def test_own_probe_logs_through_the_logger(data_root, tmp_path):
 
 
 def test_own_probe_runs_in_every_run_through_probes_extra(make_config, tmp_path):
-    cfg = make_config("n=1", "preflight=false", "probes.plots=false",
-                      "+probes.extra.scale={_target_: examples.probe.LogitScale, every: 2}")
+    cfg = make_config(
+        "n=1",
+        "preflight=false",
+        "probes.plots=false",
+        "+probes.extra.scale={_target_: examples.probe.LogitScale, every: 2}",
+    )
     verdict = run(cfg)
     with open(tmp_path / "run" / "metrics.csv") as f:
         logged = [float(r["logit/max_abs"]) for r in csv.DictReader(f) if r.get("logit/max_abs")]
     assert verdict["status"] == "PASS" and logged, verdict
     assert verdict["logit_max_abs"] == pytest.approx(logged[-1])  # its verdict_items() reached verdict.json
     with pytest.raises(ConfigError, match=r"probes\.extra\.scale.*not a pytorch_lightning Callback"):
-        run(make_config("n=1", "preflight=false", "+probes.extra.scale={_target_: examples.model.ConvLM, vocab_size: 4}",
-                        run_dir=tmp_path / "bad"))
+        run(
+            make_config(
+                "n=1",
+                "preflight=false",
+                "+probes.extra.scale={_target_: examples.model.ConvLM, vocab_size: 4}",
+                run_dir=tmp_path / "bad",
+            )
+        )
 
 
 # the guide itself: every file and test it names exists, so it cannot point at something removed

@@ -17,15 +17,22 @@ from harness.run import run
 @pytest.mark.parametrize("model", ["transformer", "rnn", "lstm"])
 @pytest.mark.parametrize("n", [1, 2, 5])
 def test_built_in_models_memorize(n, model, data, make_config):
-    verdict = run(make_config(f"model={model}", f"data={data}", f"n={n}", "data.length=32", "preflight=false", "probes=off"))
+    verdict = run(
+        make_config(
+            f"model={model}", f"data={data}", f"n={n}", "data.length=32", "preflight=false", "probes=off"
+        )
+    )
     assert verdict["status"] == "PASS", verdict
     assert verdict["steps"] < 1000
 
 
 def test_floor_counts_contexts_that_cannot_be_told_apart():
     ids = torch.tensor([[1, 2], [1, 2], [1, 3]])
-    batch = {"input_ids": ids, "targets": torch.tensor([[0, 5], [0, 6], [0, 5]]),
-             "loss_mask": torch.tensor([[False, True]] * 3)}
+    batch = {
+        "input_ids": ids,
+        "targets": torch.tensor([[0, 5], [0, 6], [0, 5]]),
+        "loss_mask": torch.tensor([[False, True]] * 3),
+    }
     # contexts (1,2) twice with targets 5 and 6: ln 2 each; (1,3) once: 0
     assert achievable_floor(batch) == pytest.approx(2 * math.log(2) / 3)
     batch["loss_mask"] = torch.ones(3, 2, dtype=torch.bool)
@@ -35,9 +42,21 @@ def test_floor_counts_contexts_that_cannot_be_told_apart():
 
 def test_duplicate_contexts_with_different_labels_still_pass(make_config):
     # a one-token alphabet: all 5 inputs are the same, their random labels are not (for this seed)
-    seed = next(s for s in range(100) if len({r["label"] for r in generate(1, 5, "random", "a", "xy", s)}) == 2)
-    verdict = run(make_config("n=5", "data.length=1", "data.alphabet=a", "data.labels=xy", f"data.seed={seed}",
-                              "data.size=5", "model=rnn", "preflight=false"))
+    seed = next(
+        s for s in range(100) if len({r["label"] for r in generate(1, 5, "random", "a", "xy", s)}) == 2
+    )
+    verdict = run(
+        make_config(
+            "n=5",
+            "data.length=1",
+            "data.alphabet=a",
+            "data.labels=xy",
+            f"data.seed={seed}",
+            "data.size=5",
+            "model=rnn",
+            "preflight=false",
+        )
+    )
     assert verdict["floor"] > 0.1 and verdict["status"] == "PASS", verdict
 
 
@@ -49,8 +68,13 @@ def _train_losses(run_dir) -> list[float]:
 @pytest.mark.parametrize("reseed", [True, False])
 def test_reseeding_makes_every_step_identical(reseed, make_config, tmp_path):
     # no learning (lr=0) and heavy dropout: only the dropout masks can change the loss from step to step
-    cfg = make_config("model.dropout=0.5", "optim.lr=0", "mode.max_steps=5", f"mode.reseed={str(reseed).lower()}",
-                      "preflight=false")
+    cfg = make_config(
+        "model.dropout=0.5",
+        "optim.lr=0",
+        "mode.max_steps=5",
+        f"mode.reseed={str(reseed).lower()}",
+        "preflight=false",
+    )
     run(cfg)
     losses = _train_losses(tmp_path / "run")
     assert len(losses) == 5
@@ -58,13 +82,33 @@ def test_reseeding_makes_every_step_identical(reseed, make_config, tmp_path):
 
 
 def test_full_mode_checkpoints_and_resumes(make_config, tmp_path):
-    first = run(make_config("mode=full", "mode.max_steps=20", "mode.val_every=10", "mode.ckpt_every=10", "data.size=64", "data.batch_size=8",
-                            "preflight=false", run_dir=tmp_path / "first"))
+    first = run(
+        make_config(
+            "mode=full",
+            "mode.max_steps=20",
+            "mode.val_every=10",
+            "mode.ckpt_every=10",
+            "data.size=64",
+            "data.batch_size=8",
+            "preflight=false",
+            run_dir=tmp_path / "first",
+        )
+    )
     checkpoints = tmp_path / "first" / "checkpoints"
     assert first["status"] == "DONE" and first["steps"] == 20
     assert (checkpoints / "last.ckpt").exists() and (checkpoints / "best.ckpt").exists()
-    resumed = run(make_config("mode=full", "mode.max_steps=30", "mode.val_every=10", "data.size=64", "data.batch_size=8",
-                              "preflight=false", f"ckpt_path={checkpoints / 'last.ckpt'}", run_dir=tmp_path / "second"))
+    resumed = run(
+        make_config(
+            "mode=full",
+            "mode.max_steps=30",
+            "mode.val_every=10",
+            "data.size=64",
+            "data.batch_size=8",
+            "preflight=false",
+            f"ckpt_path={checkpoints / 'last.ckpt'}",
+            run_dir=tmp_path / "second",
+        )
+    )
     assert resumed["steps"] == 30
 
 

@@ -186,9 +186,7 @@ def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_pa
 @pytest.mark.slow
 def test_inductor_compile_overfit_passes(run_train, tmp_path):
     """compile=true: inductor, which writes and compiles C++ on CPU (about 40 s here)."""
-    result = run_train(
-        "mode=overfit", "n=2", "compile=true", "data.length=12", "probes=off", timeout=600
-    )
+    result = run_train("mode=overfit", "n=2", "compile=true", "data.length=12", "probes=off", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
 

@@ -40,7 +40,11 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
         bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
         parent = key.rpartition(".")[0]
         node = OmegaConf.select(base, parent) if parent else base
-        known = f"; keys under {parent or 'the top level'}: {', '.join(node)}" if isinstance(node, DictConfig) else ""
+        known = (
+            f"; keys under {parent or 'the top level'}: {', '.join(node)}"
+            if isinstance(node, DictConfig)
+            else ""
+        )
         return f"{bad}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
     first = next((line for line in text.splitlines() if line.strip()), text)
     return f"{' '.join(overrides)}: {first} (HARNESS_DEBUG=1 shows the traceback)"
@@ -69,12 +73,20 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         if key.lstrip("+~").startswith("hydra"):  # launcher, sweeper and output settings: checked below
             hydra_overrides.append(override.input_line)
             continue
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.get_value_element_as_str()]
+        )
         # each value with the first of every other: enough to catch any single bad value
-        variants = [v + [f"{key}={values[0]}"] for v in variants] + [variants[0] + [f"{key}={value}"] for value in values[1:]]
+        variants = [v + [f"{key}={values[0]}"] for v in variants] + [
+            variants[0] + [f"{key}={value}"] for value in values[1:]
+        ]
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         try:
-            launcher = compose(config_name="train", overrides=hydra_overrides, return_hydra_config=True).hydra.launcher
+            launcher = compose(
+                config_name="train", overrides=hydra_overrides, return_hydra_config=True
+            ).hydra.launcher
         except Exception as err:
             _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
         base = None
@@ -89,7 +101,9 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
                 check_launch(cfg, launcher, multirun=args.multirun)  # DDP ranks that would never meet
             except ConfigError as err:
                 _die(str(err), err)
-        hydra_cfg = compose(config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True).hydra
+        hydra_cfg = compose(
+            config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
+        ).hydra
         key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
         check_writable(key, str(hydra_cfg.sweep.dir if args.multirun else hydra_cfg.run.dir))
 
@@ -106,8 +120,11 @@ def check_writable(key: str, directory: str) -> None:
             raise NotADirectoryError(f"{existing} is a file")
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as err:
-        _die(f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
-             f"e.g. {key}=outputs/...", err)
+        _die(
+            f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
+            f"e.g. {key}=outputs/...",
+            err,
+        )
 
 
 def task(cfg) -> dict | None:

@@ -32,10 +32,17 @@ def check_compile(value) -> None:
 
         if value in torch._dynamo.list_backends(exclude_tags=()):
             return
-        raise ConfigError("compile", value, f"no such torch.compile backend; choose true, false or one of "
-                                            f"{', '.join(torch._dynamo.list_backends())}")
-    raise ConfigError("compile", value, "choose true (torch.compile the training step), false, or a backend "
-                                        "name such as aot_eager")
+        raise ConfigError(
+            "compile",
+            value,
+            f"no such torch.compile backend; choose true, false or one of "
+            f"{', '.join(torch._dynamo.list_backends())}",
+        )
+    raise ConfigError(
+        "compile",
+        value,
+        "choose true (torch.compile the training step), false, or a backend name such as aot_eager",
+    )
 
 
 def validate(cfg: DictConfig, devices: bool = True) -> None:
@@ -49,22 +56,41 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     _whole(cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)")
     _whole(cfg, "mode.max_steps", 1, "mode.max_steps is the step budget (try mode.max_steps=500)")
     if cfg.mode.name == "full":
-        _whole(cfg, "mode.ckpt_every", 1, "steps between periodic checkpoints in mode=full (try mode.ckpt_every=100)")
+        _whole(
+            cfg,
+            "mode.ckpt_every",
+            1,
+            "steps between periodic checkpoints in mode=full (try mode.ckpt_every=100)",
+        )
     if cfg.preflight not in (True, False, "warn"):
-        raise ConfigError("preflight", cfg.preflight, "choose true (stop on FAIL), warn (report, go on) or false (skip)")
+        raise ConfigError(
+            "preflight", cfg.preflight, "choose true (stop on FAIL), warn (report, go on) or false (skip)"
+        )
     if cfg.mode.name not in MODES:
         raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
-    if cfg.mode.name == "overfit" and not 0 <= cfg.mode.target_loss:
-        raise ConfigError("mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)")
+    if cfg.mode.name == "overfit" and not cfg.mode.target_loss >= 0:
+        raise ConfigError(
+            "mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)"
+        )
     if cfg.ckpt_path not in (None, "last") and not Path(cfg.ckpt_path).is_file():
-        raise ConfigError("ckpt_path", cfg.ckpt_path, "no such file; give the path of a .ckpt file "
-                                                      "(a full run saves <run dir>/checkpoints/last.ckpt), or last")
+        raise ConfigError(
+            "ckpt_path",
+            cfg.ckpt_path,
+            "no such file; give the path of a .ckpt file "
+            "(a full run saves <run dir>/checkpoints/last.ckpt), or last",
+        )
     max_len = cfg.model.get("max_len")
     if isinstance(max_len, int) and max_len < cfg.data.length:
-        raise ConfigError("data.length", cfg.data.length, f"longer than model.max_len={max_len}, the longest input the "
-                                                          f"model can embed; raise model.max_len or shorten data.length")
+        raise ConfigError(
+            "data.length",
+            cfg.data.length,
+            f"longer than model.max_len={max_len}, the longest input the "
+            f"model can embed; raise model.max_len or shorten data.length",
+        )
     if devices:
         check_devices(cfg.trainer)
     check_compile(cfg.compile)
     if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
-        raise ConfigError("ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh")
+        raise ConfigError(
+            "ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh"
+        )

@@ -36,9 +36,12 @@ def first_nonfinite_module(model: torch.nn.Module, input_ids: torch.Tensor) -> s
     def watch(name):
         def hook(module, inputs, output):
             outputs = output if isinstance(output, tuple) else (output,)
-            if not found and any(isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
-                                 for o in outputs):
+            if not found and any(
+                isinstance(o, torch.Tensor) and o.is_floating_point() and not torch.isfinite(o).all()
+                for o in outputs
+            ):
                 found.append(name or type(module).__name__)
+
         return hook
 
     handles = [m.register_forward_hook(watch(name)) for name, m in model.named_modules()]
@@ -75,7 +78,9 @@ class NonFiniteGuard(pl.Callback):
             return
         module = first_nonfinite_module(pl_module.model, self.batch["input_ids"])
         grads = [n for (n, _), norm in zip(params, norms, strict=True) if not torch.isfinite(norm)]
-        where = f"module {module} outputs a non-finite value" if module else f"non-finite gradient in {grads[0]}"
+        where = (
+            f"module {module} outputs a non-finite value" if module else f"non-finite gradient in {grads[0]}"
+        )
         optimizer.zero_grad(set_to_none=True)
         raise NonFinite(trainer.global_step, where)
 
@@ -96,7 +101,9 @@ class StopOnSignal(pl.Callback):
 
     def install(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous.setdefault(signum, signal.signal(signum, self._handle))  # the first: what restore() puts back
+            self._previous.setdefault(
+                signum, signal.signal(signum, self._handle)
+            )  # the first: what restore() puts back
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -141,9 +148,11 @@ class ResumeState(pl.Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
         checkpoint["rng"] = {  # plain types and tensors only: checkpoints load weights-only
-            "torch": torch.get_rng_state(), "python": random.getstate(),
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         rng = checkpoint.get("rng")

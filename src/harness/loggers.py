@@ -23,14 +23,25 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
     if name == "tensorboard":
         from pytorch_lightning.loggers import TensorBoardLogger
 
-        loggers.append(TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False))
+        loggers.append(
+            TensorBoardLogger(save_dir=run_dir, name="tensorboard", version="", default_hp_metric=False)
+        )
     elif name == "wandb":
         os.environ["WANDB_MODE"] = cfg.mode  # before wandb is imported: offline means no network at all
         os.environ.setdefault("WANDB_SILENT", "true")
         from pytorch_lightning.loggers import WandbLogger
 
-        loggers.append(WandbLogger(save_dir=str(run_dir), project=cfg.project, entity=cfg.entity,
-                                   name=cfg.run_name, group=cfg.group, tags=list(cfg.tags or []), offline=cfg.mode == "offline"))
+        loggers.append(
+            WandbLogger(
+                save_dir=str(run_dir),
+                project=cfg.project,
+                entity=cfg.entity,
+                name=cfg.run_name,
+                group=cfg.group,
+                tags=list(cfg.tags or []),
+                offline=cfg.mode == "offline",
+            )
+        )
     elif name not in ("none", "csv"):
         raise ConfigError("logger.name", name, f"choose one of {', '.join(TRACKERS)}")
     return loggers

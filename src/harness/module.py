@@ -34,8 +34,15 @@ class HarnessModule(pl.LightningModule):
     """Trains `model` on Batch dicts {input_ids, targets, loss_mask}; logs loss, acc and p_correct
     under train/ and val/. The model holds architecture only: everything else lives here or in probes."""
 
-    def __init__(self, model: nn.Module, lr: float = 3e-3, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.99), vectorize: bool = True, compile: bool | str = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float = 3e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.99),
+        vectorize: bool = True,
+        compile: bool | str = False,
+    ):
         super().__init__()
         self.model = model
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
@@ -52,7 +59,9 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
-    def loss_and_metrics(self, batch: dict, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def loss_and_metrics(
+        self, batch: dict, logits: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """The loss, its metrics {loss, acc, p_correct} and position_stats of `logits` (default: a forward pass)."""
         logits = self.model(batch["input_ids"]) if logits is None else logits
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
@@ -70,15 +79,26 @@ class HarnessModule(pl.LightningModule):
             # a key whether or not it is written, and the statistics a pass over the logits
             out["position_stats"] = stats = position_stats(logits, batch["targets"])  # the probe reuses them
             metrics = {"loss": self.last_loss, **masked_metrics(stats, batch["loss_mask"])}
-            self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, on_epoch=False,
-                          batch_size=batch["input_ids"].shape[0])
+            self.log_dict(
+                {f"train/{k}": v for k, v in metrics.items()},
+                on_step=True,
+                on_epoch=False,
+                batch_size=batch["input_ids"].shape[0],
+            )
         return out
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics, _ = self.loss_and_metrics(batch)
         # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
-        self.log_dict({f"val/{k}": v for k, v in metrics.items()}, on_step=False, on_epoch=True,
-                      batch_size=batch["input_ids"].shape[0], sync_dist=True)
+        self.log_dict(
+            {f"val/{k}": v for k, v in metrics.items()},
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch["input_ids"].shape[0],
+            sync_dist=True,
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay, betas=self.betas)
+        return torch.optim.AdamW(
+            self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay, betas=self.betas
+        )

@@ -56,8 +56,12 @@ class OverfitData(pl.LightningDataModule):
         self.base.setup(stage)
         available = len(self.base.train_dataset)
         if self.n > available:
-            raise ConfigError("n", self.n, f"the training split has only {available} examples; "
-                                           f"use n<={available} or a larger dataset (data.size)")
+            raise ConfigError(
+                "n",
+                self.n,
+                f"the training split has only {available} examples; "
+                f"use n<={available} or a larger dataset (data.size)",
+            )
         self.train_dataset = self.val_dataset = Head(self.base.train_dataset, self.n)
 
     def train_dataloader(self) -> DataLoader:
@@ -80,8 +84,12 @@ def achievable_floor(batch: dict) -> float:
     The floor is the mean over masked positions of -log p_empirical(target | context)."""
     ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
     counts: dict[tuple, Counter] = defaultdict(Counter)
-    positions = [(tuple(row[: t + 1]), targets[b][t]) for b, row in enumerate(ids)
-                 for t in range(len(row)) if mask[b][t]]
+    positions = [
+        (tuple(row[: t + 1]), targets[b][t])
+        for b, row in enumerate(ids)
+        for t in range(len(row))
+        if mask[b][t]
+    ]
     for context, target in positions:
         counts[context][target] += 1
     return sum(-math.log(counts[c][y] / sum(counts[c].values())) for c, y in positions) / len(positions)

@@ -27,7 +27,13 @@ from harness.verdict import write_verdict
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}  # INTERRUPTED: 128 + signal
+EXIT_CODES = {
+    "PASS": 0,
+    "DONE": 0,
+    "FAIL": 1,
+    "PREFLIGHT_FAIL": 3,
+    "NONFINITE": 4,
+}  # INTERRUPTED: 128 + signal
 
 
 def exit_code(verdict: dict) -> int:
@@ -46,21 +52,30 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
         found = sorted(runs.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
         found = [p for p in found if run_dir not in p.parents]
         if not found:
-            raise ConfigError("ckpt_path", "last", f"no earlier run under {runs} has checkpoints/last.ckpt; "
-                                                   "give a checkpoint's path")
+            raise ConfigError(
+                "ckpt_path",
+                "last",
+                f"no earlier run under {runs} has checkpoints/last.ckpt; give a checkpoint's path",
+            )
         ckpt_path = str(found[-1])
         log.info("resuming from %s", ckpt_path)
     try:
         state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
     except Exception as err:
-        raise ConfigError("ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})") from None
+        raise ConfigError(
+            "ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})"
+        ) from None
     ours = module.state_dict()
     for key in sorted(set(ours) | set(state)):
         if key not in ours or key not in state or ours[key].shape != state[key].shape:
             theirs = tuple(state[key].shape) if key in state else "missing"
             mine = tuple(ours[key].shape) if key in ours else "missing"
-            raise ConfigError("ckpt_path", ckpt_path, f"belongs to another model shape: {key} is {theirs} there, "
-                                                      f"{mine} here; resume with the config it was trained with")
+            raise ConfigError(
+                "ckpt_path",
+                ckpt_path,
+                f"belongs to another model shape: {key} is {theirs} there, "
+                f"{mine} here; resume with the config it was trained with",
+            )
     return ckpt_path
 
 
@@ -75,8 +90,11 @@ def build(node: DictConfig, key: str, **kwargs):
         unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
         if isinstance(cause, TypeError) and unexpected:
             name = unexpected.group(1)
-            raise ConfigError(f"{key}.{name}", node.get(name), f"{node._target_} takes no argument {name!r}; "
-                                                               "check the spelling or remove it") from None
+            raise ConfigError(
+                f"{key}.{name}",
+                node.get(name),
+                f"{node._target_} takes no argument {name!r}; check the spelling or remove it",
+            ) from None
         if isinstance(cause, ValueError):
             raise ConfigError(key, node.get("_target_"), str(cause)) from None
         raise
@@ -85,20 +103,30 @@ def build(node: DictConfig, key: str, **kwargs):
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> pl.Trainer:
     mode = cfg.mode
     kwargs = dict(
-        max_steps=mode.max_steps, max_epochs=-1, val_check_interval=mode.val_every, check_val_every_n_epoch=None,
-        log_every_n_steps=mode.log_every, num_sanity_val_steps=0, enable_model_summary=False,
-        enable_progress_bar=mode.progress_bar, enable_checkpointing=mode.name == "full",
+        max_steps=mode.max_steps,
+        max_epochs=-1,
+        val_check_interval=mode.val_every,
+        check_val_every_n_epoch=None,
+        log_every_n_steps=mode.log_every,
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+        enable_progress_bar=mode.progress_bar,
+        enable_checkpointing=mode.name == "full",
         # overfit mode: every DDP rank trains on the same n examples (the run is the one-process run, its
         # gradients all-reduced); full mode: each rank reads its own share of the data
         use_distributed_sampler=mode.name != "overfit",
-        default_root_dir=run_dir, callbacks=callbacks, logger=loggers,
+        default_root_dir=run_dir,
+        callbacks=callbacks,
+        logger=loggers,
         **OmegaConf.to_container(cfg.trainer, resolve=True),
     )
     try:
         return pl.Trainer(**kwargs)
     except TypeError as err:
         name = re.search(r"'(\w+)'", str(err))
-        raise ConfigError(f"trainer.{name.group(1) if name else '?'}", "", f"not a Lightning Trainer argument ({err})") from None
+        raise ConfigError(
+            f"trainer.{name.group(1) if name else '?'}", "", f"not a Lightning Trainer argument ({err})"
+        ) from None
 
 
 def run(cfg: DictConfig) -> dict:
@@ -117,16 +145,35 @@ def run(cfg: DictConfig) -> dict:
     data.prepare_data()
     data.setup("fit")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
-    module = HarnessModule(model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile)
-    first = global_rank() == 0  # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
+    module = HarnessModule(
+        model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile
+    )
+    first = (
+        global_rank() == 0
+    )  # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
 
     verdict = {
-        "mode": cfg.mode.name, "n": cfg.n if overfit else None, "model": hydra.runtime.choices.get("model"),
-        "data": hydra.runtime.choices.get("data"), "length": cfg.data.length, "rule": cfg.data.get("rule"),
-        "seed": cfg.seed, "status": None, "final_loss": None, "floor": None, "steps": 0, "seconds": None,
-        "accuracy": None, "p_correct": None, "val_loss": None, "checks": [], "run_dir": str(run_dir),
+        "mode": cfg.mode.name,
+        "n": cfg.n if overfit else None,
+        "model": hydra.runtime.choices.get("model"),
+        "data": hydra.runtime.choices.get("data"),
+        "length": cfg.data.length,
+        "rule": cfg.data.get("rule"),
+        "seed": cfg.seed,
+        "status": None,
+        "final_loss": None,
+        "floor": None,
+        "steps": 0,
+        "seconds": None,
+        "accuracy": None,
+        "p_correct": None,
+        "val_loss": None,
+        "checks": [],
+        "run_dir": str(run_dir),
     }
-    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)  # before any work: a bad one is a config error
+    probes = build_probes(
+        cfg.probes, run_dir=run_dir, data=data, overfit=overfit
+    )  # before any work: a bad one is a config error
     from harness.checks.preflight import run_preflight
 
     preflight_started = time.perf_counter()
@@ -152,10 +199,17 @@ def run(cfg: DictConfig) -> dict:
         callbacks += [stop] + ([Reseed(cfg.seed)] if cfg.mode.reseed else [])
     else:
         callbacks += [  # best by validation loss, and last every mode.ckpt_every steps (a hard kill loses less)
-            pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"),
-            pl.callbacks.ModelCheckpoint(dirpath=checkpoints, filename="last", every_n_train_steps=cfg.mode.ckpt_every,
-                                         enable_version_counter=False),
-            FinalCheckpoint(checkpoints / "last.ckpt", cfg.mode.ckpt_every)]
+            pl.callbacks.ModelCheckpoint(
+                dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"
+            ),
+            pl.callbacks.ModelCheckpoint(
+                dirpath=checkpoints,
+                filename="last",
+                every_n_train_steps=cfg.mode.ckpt_every,
+                enable_version_counter=False,
+            ),
+            FinalCheckpoint(checkpoints / "last.ckpt", cfg.mode.ckpt_every),
+        ]
     loggers = build_loggers(cfg.logger, run_dir)
     trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
 
@@ -183,17 +237,29 @@ def run(cfg: DictConfig) -> dict:
         verdict.update(final_loss=last_loss(module), seconds=round(time.perf_counter() - started, 3))
         if first:
             write_verdict(run_dir, verdict)
-        log.warning("%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json")
+        log.warning(
+            "%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json"
+        )
         return verdict
     if overfit:
         trainer.save_checkpoint(checkpoints / "last.ckpt")
         final = evaluate(module, batch)
-        verdict.update(status="PASS" if stop.passed else "FAIL", final_loss=stop.last_loss,
-                       val_loss=final["loss"], accuracy=final["acc"], p_correct=final["p_correct"])
+        verdict.update(
+            status="PASS" if stop.passed else "FAIL",
+            final_loss=stop.last_loss,
+            val_loss=final["loss"],
+            accuracy=final["acc"],
+            p_correct=final["p_correct"],
+        )
     else:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
-        verdict.update(status="DONE", final_loss=last_loss(module), val_loss=metrics.get("val/loss"),
-                       accuracy=metrics.get("val/acc"), p_correct=metrics.get("val/p_correct"))
+        verdict.update(
+            status="DONE",
+            final_loss=last_loss(module),
+            val_loss=metrics.get("val/loss"),
+            accuracy=metrics.get("val/acc"),
+            p_correct=metrics.get("val/p_correct"),
+        )
     verdict["seconds"] = round(time.perf_counter() - started, 3)
     if first:
         log.info("%s", summary_line(verdict, cfg))
@@ -209,7 +275,9 @@ def summary_line(verdict: dict, cfg: DictConfig) -> str:
     if verdict["mode"] == "full":
         return f"DONE: {verdict['steps']} steps, val loss {verdict['val_loss']}, {verdict['seconds']:.1f} s"
     reached = "reached" if verdict["status"] == "PASS" else "did not reach"
-    return (f"{verdict['status']}: {verdict['model']} on n={verdict['n']} {verdict['data']} examples {reached} "
-            f"loss {verdict['final_loss']:.4f} (floor {verdict['floor']:.4f} + target {cfg.mode.target_loss}) "
-            f"in {verdict['steps']} steps, {verdict['seconds']:.1f} s; accuracy {verdict['accuracy']:.2f}, "
-            f"p(correct) {verdict['p_correct']:.3f}")
+    return (
+        f"{verdict['status']}: {verdict['model']} on n={verdict['n']} {verdict['data']} examples {reached} "
+        f"loss {verdict['final_loss']:.4f} (floor {verdict['floor']:.4f} + target {cfg.mode.target_loss}) "
+        f"in {verdict['steps']} steps, {verdict['seconds']:.1f} s; accuracy {verdict['accuracy']:.2f}, "
+        f"p(correct) {verdict['p_correct']:.3f}"
+    )

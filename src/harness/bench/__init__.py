@@ -23,8 +23,13 @@ def timed(fn: Callable[[], object], inner: int) -> float:
     return (time.perf_counter() - started) / inner
 
 
-def ratio(candidate: Callable[[], object], baseline: Callable[[], object], reps: int = 7, inner: int = 10,
-          warmup: int = 2) -> dict:
+def ratio(
+    candidate: Callable[[], object],
+    baseline: Callable[[], object],
+    reps: int = 7,
+    inner: int = 10,
+    warmup: int = 2,
+) -> dict:
     """time(candidate) / time(baseline), measured in alternation `reps` times: median, min and max."""
     for _ in range(warmup):
         candidate(), baseline()

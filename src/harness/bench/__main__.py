@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 
@@ -18,15 +19,34 @@ def main(names: list[str]) -> int:
     # One torch thread unless BENCH_THREADS says otherwise: on a shared 2-core machine a second thread waits on
     # whatever else runs there, noise larger than the 2% some targets allow. Ratios hold either way.
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
-    rows = []
+    results = OUT / "results.json"  # every benchmark's latest figures: running one keeps the others' rows
+    merged = json.loads(results.read_text()) if results.exists() else {}
     for name in names or BENCHMARKS:
         print(f"bench {name} ...", flush=True)
-        for figure, (value, met) in importlib.import_module(f"harness.bench.{name}").main().items():
-            rows.append(f"| {name} | {figure} | {value} | {'yes' if met else 'NO'} |")
+        figures = importlib.import_module(f"harness.bench.{name}").main()
+        merged[name] = {
+            "machine": machine(),
+            "figures": {f: [value, met] for f, (value, met) in figures.items()},
+        }
+        for figure, (value, met) in figures.items():
             print(f"  {figure}: {value} ({'target met' if met else 'TARGET MISSED'})", flush=True)
-    table = "\n".join([f"Machine: {machine()}", "", "| benchmark | figure | value | target met |",
-                       "|---|---|---|---|", *rows])
     OUT.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(merged, indent=2) + "\n")
+    rows = [
+        f"| {name} | {figure} | {value} | {'yes' if met else 'NO'} |"
+        for name, entry in merged.items()
+        for figure, (value, met) in entry["figures"].items()
+    ]
+    machines = sorted({entry["machine"] for entry in merged.values()})
+    table = "\n".join(
+        [
+            f"Machine: {'; '.join(machines)}",
+            "",
+            "| benchmark | figure | value | target met |",
+            "|---|---|---|---|",
+            *rows,
+        ]
+    )
     (OUT / "README.md").write_text(table + "\n")
     print(table)
     return 0

@@ -34,6 +34,9 @@ def main(reps: int = 7) -> dict:
     guarded = ratio(lambda: step(check=True), step, reps=reps, inner=5)
     anomaly = ratio(lambda: step(anomaly=True), step, reps=3, inner=2)
     figure = round(guarded["median"], 3)
-    write("faults", {"nonfinite_guard": figure},
-          {"target": f"<= {TARGET}", "guard_over_plain_step": guarded, "anomaly_mode_over_plain_step": anomaly})
+    write(
+        "faults",
+        {"nonfinite_guard": figure},
+        {"target": f"<= {TARGET}", "guard_over_plain_step": guarded, "anomaly_mode_over_plain_step": anomaly},
+    )
     return {"nonfinite_guard": (figure, figure <= TARGET)}

@@ -30,9 +30,15 @@ MFU_TARGET = 0.50
 def reference(name: str, seed: int = 0) -> tuple[torch.nn.Module, dict]:
     spec = MODELS[name]
     torch.manual_seed(seed)
-    model = Transformer(256, max_len=spec["seq"], d_model=spec["d_model"], layers=spec["layers"], heads=spec["heads"])
+    model = Transformer(
+        256, max_len=spec["seq"], d_model=spec["d_model"], layers=spec["layers"], heads=spec["heads"]
+    )
     ids = torch.randint(0, 256, (spec["batch"], spec["seq"] + 1))
-    batch = {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": torch.ones(spec["batch"], spec["seq"], dtype=torch.bool)}
+    batch = {
+        "input_ids": ids[:, :-1],
+        "targets": ids[:, 1:],
+        "loss_mask": torch.ones(spec["batch"], spec["seq"], dtype=torch.bool),
+    }
     return model, batch
 
 
@@ -54,10 +60,19 @@ class StepClock(pl.Callback):
 def harness_step(name: str, steps: int, warmup: int = 5) -> float:
     model, batch = reference(name)
     clock = StepClock(warmup)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=warmup + steps, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
-                         limit_val_batches=0, gradient_clip_val=1.0,
-                         callbacks=[NonFiniteGuard(), ResumeState(), clock])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=warmup + steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        gradient_clip_val=1.0,
+        callbacks=[NonFiniteGuard(), ResumeState(), clock],
+    )
     repeated = torch.utils.data.DataLoader(_Repeat(batch, warmup + steps), batch_size=None)
     trainer.fit(HarnessModule(model), train_dataloaders=repeated)
     return clock.seconds
@@ -107,8 +122,13 @@ def main(reps: int = 5) -> dict:
             ratios.append(times["harness_step"] / times["raw_step"])
             harness_times.append(times["harness_step"])
         figures[name] = round(statistics.median(ratios), 3)
-        details[name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "reps": reps,
-                         "harness_step_s": statistics.median(harness_times)}
+        details[name] = {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "reps": reps,
+            "harness_step_s": statistics.median(harness_times),
+        }
         results[f"loop {name}"] = (figures[name], figures[name] <= TARGETS[name])
     write("loop", figures, {"targets": TARGETS, "harness_over_raw": details})
 
@@ -118,7 +138,16 @@ def main(reps: int = 5) -> dict:
     ceiling = statistics.median(matmul_ceiling() for _ in range(3))
     achieved = 6 * params * tokens / details["small"]["harness_step_s"]
     mfu = round(achieved / ceiling, 3)
-    write("mfu", {"small": mfu}, {"target": MFU_TARGET, "params": params, "tokens_per_step": tokens,
-                                  "achieved_flops": achieved, "matmul_ceiling_flops": ceiling})
+    write(
+        "mfu",
+        {"small": mfu},
+        {
+            "target": MFU_TARGET,
+            "params": params,
+            "tokens_per_step": tokens,
+            "achieved_flops": achieved,
+            "matmul_ceiling_flops": ceiling,
+        },
+    )
     results["mfu small"] = (mfu, mfu >= MFU_TARGET)
     return results

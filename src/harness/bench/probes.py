@@ -190,7 +190,9 @@ def measure(model_name: str, reps: int) -> dict:
             "wandb_watch": ratio(runs["wandb_watch"].step, off, reps=reps, inner=WATCH_INNER, warmup=0),
         }
         results["ms_per_step"] = {name: round(1e3 * v.seconds / v.steps, 3) for name, v in runs.items()}
-        results["probe_hooks_ms_per_step"] = round(1e3 * runs["probes"].hook_clock[0] / runs["probes"].steps, 3)
+        results["probe_hooks_ms_per_step"] = round(
+            1e3 * runs["probes"].hook_clock[0] / runs["probes"].steps, 3
+        )
         return results
     finally:
         for variant in runs.values():
@@ -222,7 +224,9 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
             "model": MODELS[model_name][0],
             "batch_size": MODELS[model_name][1],
             "vocab": VOCAB,
-            "probe_hooks_share_of_a_step": round(results["probe_hooks_ms_per_step"] / results["ms_per_step"]["off"], 4),
+            "probe_hooks_share_of_a_step": round(
+                results["probe_hooks_ms_per_step"] / results["ms_per_step"]["off"], 4
+            ),
             **results,
         }
     write(

@@ -31,8 +31,17 @@ def main(reps: int = 3) -> dict:
         run_dir = OUT / "startup" / str(i)
         runs.append(wall([sys.executable, "train.py", "mode=overfit", "n=1", f"hydra.run.dir={run_dir}"]))
         preflight.append(json.loads(Path(run_dir, "verdict.json").read_text())["preflight_seconds"])
-    imports = [wall([sys.executable, "-c", IMPORTS]) - wall([sys.executable, "-c", "pass"]) for _ in range(reps)]
-    figures = {"overfit_n1_s": round(statistics.median(runs), 2), "preflight_s": round(statistics.median(preflight), 2),
-               "imports_s": round(statistics.median(imports), 2)}
-    write("startup", figures, {"targets": TARGETS, "runs_s": runs, "preflight_s": preflight, "imports_s": imports})
+    imports = [
+        wall([sys.executable, "-c", IMPORTS]) - wall([sys.executable, "-c", "pass"]) for _ in range(reps)
+    ]
+    figures = {
+        "overfit_n1_s": round(statistics.median(runs), 2),
+        "preflight_s": round(statistics.median(preflight), 2),
+        "imports_s": round(statistics.median(imports), 2),
+    }
+    write(
+        "startup",
+        figures,
+        {"targets": TARGETS, "runs_s": runs, "preflight_s": preflight, "imports_s": imports},
+    )
     return {k: (v, v <= TARGETS.get(k, float("inf"))) for k, v in figures.items()}

@@ -9,9 +9,33 @@ from harness.checks.data import data_roundtrip, static_batches
 from harness.checks.gradients import batch_independence, causality, finite, gradient_flow
 
 #: every built-in check, in the order the preflight table shows them
-MODEL_CHECKS = (gradient_flow, batch_independence, causality, init_loss, determinism, finite, input_dependence)
+MODEL_CHECKS = (
+    gradient_flow,
+    batch_independence,
+    causality,
+    init_loss,
+    determinism,
+    finite,
+    input_dependence,
+)
 DATA_CHECKS = (data_roundtrip, static_batches)
 
-__all__ = ["CheckResult", "DATA_CHECKS", "FAIL", "MODEL_CHECKS", "PASS", "WARN", "batch_independence", "causality",
-           "data_roundtrip", "determinism", "finite", "gradient_flow", "init_loss", "input_dependence",
-           "sample_batch", "static_batches", "twins"]
+__all__ = [
+    "CheckResult",
+    "DATA_CHECKS",
+    "FAIL",
+    "MODEL_CHECKS",
+    "PASS",
+    "WARN",
+    "batch_independence",
+    "causality",
+    "data_roundtrip",
+    "determinism",
+    "finite",
+    "gradient_flow",
+    "init_loss",
+    "input_dependence",
+    "sample_batch",
+    "static_batches",
+    "twins",
+]

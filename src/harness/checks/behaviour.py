@@ -12,7 +12,9 @@ from harness.checks.base import FAIL, PASS, WARN, CheckResult, masked_loss, mode
 from harness.seeding import seed_all
 
 
-def init_loss(model: nn.Module, batch: dict, cfg=None, warn_at: float = 0.1, fail_at: float = 0.25) -> CheckResult:
+def init_loss(
+    model: nn.Module, batch: dict, cfg=None, warn_at: float = 0.1, fail_at: float = 0.25
+) -> CheckResult:
     """The loss at initialization is near ln(classes), the loss of a uniform guess over the logits."""
     batch = to_device(batch, model)
     with mode(model, training=False), torch.no_grad():
@@ -22,8 +24,12 @@ def init_loss(model: nn.Module, batch: dict, cfg=None, warn_at: float = 0.1, fai
     gap = abs(measured - expected) / expected
     detail = f"expected ~ln({logits.shape[-1]}) = {expected:.3f}, measured {measured:.3f} ({gap:.0%} off)"
     if not math.isfinite(measured) or gap > fail_at:
-        return CheckResult("init_loss", FAIL, detail + ": the output scale at init is off (initialize the "
-                           "last layer smaller), or the loss is not over the logits' classes")
+        return CheckResult(
+            "init_loss",
+            FAIL,
+            detail + ": the output scale at init is off (initialize the "
+            "last layer smaller), or the loss is not over the logits' classes",
+        )
     return CheckResult("init_loss", WARN if gap > warn_at else PASS, detail)
 
 
@@ -38,16 +44,29 @@ def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             model.zero_grad(set_to_none=True)
             loss = masked_loss(model(batch["input_ids"]), batch)
             loss.backward()
-            runs.append((loss.detach().clone(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+            runs.append(
+                (
+                    loss.detach().clone(),
+                    {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                )
+            )
     model.zero_grad(set_to_none=True)
     (loss_a, grads_a), (loss_b, grads_b) = runs
     if not torch.equal(loss_a, loss_b):
-        return CheckResult("determinism", FAIL, f"loss {loss_a.item():.8g} then {loss_b.item():.8g} under the same seed: "
-                           "some randomness escapes seeding (a private torch.Generator, or a nondeterministic op)")
+        return CheckResult(
+            "determinism",
+            FAIL,
+            f"loss {loss_a.item():.8g} then {loss_b.item():.8g} under the same seed: "
+            "some randomness escapes seeding (a private torch.Generator, or a nondeterministic op)",
+        )
     differing = [n for n in grads_a if n not in grads_b or not torch.equal(grads_a[n], grads_b[n])]
     if differing:
-        return CheckResult("determinism", FAIL, f"gradients of {differing[0]} differ under the same seed "
-                           "(a nondeterministic kernel? try torch.use_deterministic_algorithms(True))")
+        return CheckResult(
+            "determinism",
+            FAIL,
+            f"gradients of {differing[0]} differ under the same seed "
+            "(a nondeterministic kernel? try torch.use_deterministic_algorithms(True))",
+        )
     return CheckResult("determinism", PASS, "same seed, same loss and gradients, bit for bit")
 
 
@@ -62,9 +81,15 @@ def input_dependence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     change = (logits - other).abs().amax().item()
     scale = logits.abs().amax().item() or 1.0
     if change <= 1e-6 * scale:
-        return CheckResult("input_dependence", FAIL, f"changing every input token moved the logits by {change:.2e}: "
-                           "the model ignores its input (a detached or zeroed embedding path?)")
-    return CheckResult("input_dependence", PASS, f"changing the inputs moves the logits by up to {change:.3g}")
+        return CheckResult(
+            "input_dependence",
+            FAIL,
+            f"changing every input token moved the logits by {change:.2e}: "
+            "the model ignores its input (a detached or zeroed embedding path?)",
+        )
+    return CheckResult(
+        "input_dependence", PASS, f"changing the inputs moves the logits by up to {change:.3g}"
+    )
 
 
 def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: float = 1e-4) -> CheckResult:
@@ -81,8 +106,12 @@ def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: f
             with torch.no_grad():
                 gap = max_difference(twin.loop(*inputs), twin.vectorized(*inputs))
             if not gap <= tolerance:  # also a NaN gap
-                return CheckResult("twins", FAIL, f"{cls.__name__} at {shape}: loop and vectorized differ by up to "
-                                   f"{gap:.3e} (> {tolerance}); the loop version is the spec")
+                return CheckResult(
+                    "twins",
+                    FAIL,
+                    f"{cls.__name__} at {shape}: loop and vectorized differ by up to "
+                    f"{gap:.3e} (> {tolerance}); the loop version is the spec",
+                )
             worst = max(worst, (gap, cls.__name__))
     if not found:
         return CheckResult("twins", WARN, "no twins registered")

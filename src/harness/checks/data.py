@@ -33,7 +33,9 @@ def data_roundtrip(model, data, cfg=None, examples: int = 8) -> CheckResult:
     for split, loader in (("train", data.train_dataloader()), ("val", data.val_dataloader())):
         dataset = loader.dataset
         if not hasattr(dataset, "record"):
-            return CheckResult("data_roundtrip", WARN, f"the {split} dataset has no record(i): nothing to compare with")
+            return CheckResult(
+                "data_roundtrip", WARN, f"the {split} dataset has no record(i): nothing to compare with"
+            )
         first = next(iter(loader)) if _in_order(loader) else None
         for i in range(min(examples, len(dataset))):
             in_batch = first is not None and i < len(first["input_ids"])
@@ -42,8 +44,12 @@ def data_roundtrip(model, data, cfg=None, examples: int = 8) -> CheckResult:
             got = _reconstruct(data.tokenizer, item, classify="label" in want)
             want = {k: want.get(k) for k in got}
             if got != want:
-                return CheckResult("data_roundtrip", FAIL, f"{split} example {i}: the loader decodes to {got!r} "
-                                   f"but the source is {want!r}; check the encoding and the target shift")
+                return CheckResult(
+                    "data_roundtrip",
+                    FAIL,
+                    f"{split} example {i}: the loader decodes to {got!r} "
+                    f"but the source is {want!r}; check the encoding and the target shift",
+                )
             checked += 1
     return CheckResult("data_roundtrip", PASS, f"{checked} examples decode back to their source")
 
@@ -62,7 +68,9 @@ def _fixed_loaders(data) -> dict[str, DataLoader]:
     return loaders
 
 
-def static_batches(model, data, cfg=None, batches: int = 3, allowed_to_vary: tuple[str, ...] = ()) -> CheckResult:
+def static_batches(
+    model, data, cfg=None, batches: int = 3, allowed_to_vary: tuple[str, ...] = ()
+) -> CheckResult:
     """Two passes over each fixed (unshuffled) loader give identical batches, key by key."""
     allowed = set(allowed_to_vary) | set((cfg or {}).get("static_batches_vary", None) or [])
     compared = 0
@@ -81,8 +89,12 @@ def static_batches(model, data, cfg=None, batches: int = 3, allowed_to_vary: tup
                     continue
                 if key not in first or key not in second or not _same(first[key], second[key]):
                     a, b = first.get(key, "<missing>"), second.get(key, "<missing>")
-                    return CheckResult("static_batches", FAIL, f"{split} loader, batch {i}, key {key!r} differs between two "
-                                       f"passes: {a!r} vs {b!r}; something mutates or re-randomizes batches "
-                                       "(allow a key to vary with static_batches_vary)")
+                    return CheckResult(
+                        "static_batches",
+                        FAIL,
+                        f"{split} loader, batch {i}, key {key!r} differs between two "
+                        f"passes: {a!r} vs {b!r}; something mutates or re-randomizes batches "
+                        "(allow a key to vary with static_batches_vary)",
+                    )
             compared += 1
     return CheckResult("static_batches", PASS, f"{compared} batches identical over two passes, key by key")

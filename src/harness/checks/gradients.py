@@ -19,8 +19,10 @@ from harness.checks.base import (
 )
 from harness.faults import first_nonfinite_module
 
-NOT_CALLED = ("forward never called model.token_embedding: the output ignores the input, or the tokens are "
-              "embedded by another module (the Model contract: embed input_ids with `token_embedding`)")
+NOT_CALLED = (
+    "forward never called model.token_embedding: the output ignores the input, or the tokens are "
+    "embedded by another module (the Model contract: embed input_ids with `token_embedding`)"
+)
 
 
 def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
@@ -42,7 +44,9 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     model.zero_grad(set_to_none=True)
     faults = []
     if unconnected:
-        faults.append(f"not connected (no gradient at all: unused, or cut off by a detach): {shown(unconnected)}")
+        faults.append(
+            f"not connected (no gradient at all: unused, or cut off by a detach): {shown(unconnected)}"
+        )
     if blocked:
         faults.append(f"blocked (gradient exactly zero: a dead path or a zeroing op): {shown(blocked)}")
     if nonfinite:
@@ -50,7 +54,9 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     if faults:
         return CheckResult("gradient_flow", FAIL, "; ".join(faults))
     count = sum(1 for p in model.parameters() if p.requires_grad)
-    return CheckResult("gradient_flow", PASS, f"all {count} parameter tensors get a finite, non-zero gradient")
+    return CheckResult(
+        "gradient_flow", PASS, f"all {count} parameter tensors get a finite, non-zero gradient"
+    )
 
 
 def batch_independence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
@@ -73,10 +79,16 @@ def batch_independence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         per_example = grad.flatten(1).abs().amax(dim=1)
         leaks = [j for j in range(b) if j != i and per_example[j] > 0]
         if leaks:
-            return CheckResult("batch_independence", FAIL, f"the loss of example {i} has a gradient on examples "
-                               f"{shown(leaks)} (largest {per_example[leaks].max().item():.2e}): something mixes the "
-                               "batch axis (a reshape across batch and time, batch statistics, a batch-wide softmax)")
-    return CheckResult("batch_independence", PASS, f"examples never mix: checked the losses of examples {sorted({0, b - 1})}")
+            return CheckResult(
+                "batch_independence",
+                FAIL,
+                f"the loss of example {i} has a gradient on examples "
+                f"{shown(leaks)} (largest {per_example[leaks].max().item():.2e}): something mixes the "
+                "batch axis (a reshape across batch and time, batch statistics, a batch-wide softmax)",
+            )
+    return CheckResult(
+        "batch_independence", PASS, f"examples never mix: checked the losses of examples {sorted({0, b - 1})}"
+    )
 
 
 def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
@@ -98,11 +110,19 @@ def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         per_position = grad.abs().amax(dim=(0, 2))
         future = [s for s in range(t + 1, time) if per_position[s] > 0]
         if future:
-            return CheckResult("causality", FAIL, f"the output at position {t} depends on later inputs at positions "
-                               f"{shown(future)}: the causal mask is missing or off by one")
+            return CheckResult(
+                "causality",
+                FAIL,
+                f"the output at position {t} depends on later inputs at positions "
+                f"{shown(future)}: the causal mask is missing or off by one",
+            )
         if not per_position[: t + 1].any():
             return CheckResult("causality", FAIL, f"the output at position {t} depends on no input at all")
-    return CheckResult("causality", PASS, f"no output depends on a later input (positions 0, 1, {time // 2}, {time - 2}, {time - 1})")
+    return CheckResult(
+        "causality",
+        PASS,
+        f"no output depends on a later input (positions 0, 1, {time // 2}, {time - 2}, {time - 1})",
+    )
 
 
 def finite(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
@@ -112,13 +132,23 @@ def finite(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         logits = model(batch["input_ids"])
         loss = masked_loss(logits, batch)
         loss.backward()
-        first_bad = [] if torch.isfinite(logits).all() else [first_nonfinite_module(model, batch["input_ids"]) or "?"]
-    bad_grads = [n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+        first_bad = (
+            [] if torch.isfinite(logits).all() else [first_nonfinite_module(model, batch["input_ids"]) or "?"]
+        )
+    bad_grads = [
+        n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
+    ]
     model.zero_grad(set_to_none=True)
     if first_bad:
-        return CheckResult("finite", FAIL, f"module {first_bad[0]!r} is the first to output a non-finite value")
+        return CheckResult(
+            "finite", FAIL, f"module {first_bad[0]!r} is the first to output a non-finite value"
+        )
     if not torch.isfinite(loss):
-        return CheckResult("finite", FAIL, f"the loss is {loss.item()} though the logits are finite: check the targets and mask")
+        return CheckResult(
+            "finite",
+            FAIL,
+            f"the loss is {loss.item()} though the logits are finite: check the targets and mask",
+        )
     if bad_grads:
         return CheckResult("finite", FAIL, f"non-finite gradients in {shown(bad_grads)}")
     return CheckResult("finite", PASS, "logits, loss and gradients are finite at initialization")

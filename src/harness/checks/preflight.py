@@ -62,14 +62,18 @@ class PreflightPlugin:
         # collector, not the report, knows the file (a file outside the rootdir has an empty node id)
         report = yield
         if report.failed:
-            message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "could not be collected"
+            message = (
+                str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "could not be collected"
+            )
             self.results.append(CheckResult(collector.path.name, FAIL, message))
         return report
 
 
 def table(results: list[CheckResult]) -> str:
     width = max((len(r.name) for r in results), default=5)
-    lines = [f"{'check':<{width}}  status  detail"] + [f"{r.name:<{width}}  {r.status:<6}  {r.detail}" for r in results]
+    lines = [f"{'check':<{width}}  status  detail"] + [
+        f"{r.name:<{width}}  {r.status:<6}  {r.detail}" for r in results
+    ]
     return "\n".join(lines)
 
 
@@ -79,8 +83,12 @@ def preflight_files(cfg) -> list[str]:
     extra = [Path(p) for p in cfg.get("preflight_tests", None) or []]
     for path in extra:
         if not path.is_file():
-            raise ConfigError("preflight_tests", str(path), f"no such file (looked in {Path.cwd()}); give the path "
-                                                            "of a pytest file, e.g. preflight_tests=[tests/preflight_mine.py]")
+            raise ConfigError(
+                "preflight_tests",
+                str(path),
+                f"no such file (looked in {Path.cwd()}); give the path "
+                "of a pytest file, e.g. preflight_tests=[tests/preflight_mine.py]",
+            )
     return [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in extra]
 
 
@@ -94,12 +102,28 @@ def run_preflight(module, data, cfg) -> list[dict]:
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
     was_training, threads = model.training, torch.get_num_threads()
-    torch.set_num_threads(1)  # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
+    torch.set_num_threads(
+        1
+    )  # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     try:
         # a file that fails to import is a FAIL row, and the other files' checks still run
-        pytest.main([*files, "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings",
-                     "--continue-on-collection-errors", "--rootdir", str(Path(__file__).parent), "-c", "/dev/null"],
-                    plugins=[plugin])
+        pytest.main(
+            [
+                *files,
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:terminal",
+                "-p",
+                "no:warnings",
+                "--continue-on-collection-errors",
+                "--rootdir",
+                str(Path(__file__).parent),
+                "-c",
+                "/dev/null",
+            ],
+            plugins=[plugin],
+        )
     finally:
         torch.set_num_threads(threads)
         model.train(was_training)

@@ -6,4 +6,11 @@ from harness.data.synthetic import SyntheticDataModule
 from harness.data.text import TextDataModule
 from harness.data.tokenizer import CharTokenizer
 
-__all__ = ["CharDataset", "CharTokenizer", "DiskDataModule", "FolderDataModule", "SyntheticDataModule", "TextDataModule"]
+__all__ = [
+    "CharDataset",
+    "CharTokenizer",
+    "DiskDataModule",
+    "FolderDataModule",
+    "SyntheticDataModule",
+    "TextDataModule",
+]

@@ -66,7 +66,12 @@ class DiskDataModule(pl.LightningDataModule):
 
     def __init__(self, length: int, batch_size: int, root: str, num_workers: int = 0):
         super().__init__()
-        self.length, self.batch_size, self.root, self.num_workers = length, batch_size, Path(root), num_workers
+        self.length, self.batch_size, self.root, self.num_workers = (
+            length,
+            batch_size,
+            Path(root),
+            num_workers,
+        )
         # the shuffling seed comes from the run's seeded generator: same run seed, same order
         self.shuffle_seed = int(torch.randint(2**31 - 1, ()))
         self.tokenizer: CharTokenizer | None = None
@@ -87,7 +92,9 @@ class DiskDataModule(pl.LightningDataModule):
             log.warning("%s is truncated or corrupt: regenerating it", self.dataset_dir)
             shutil.rmtree(self.dataset_dir, ignore_errors=True)
         splits, task, alphabet, source = self.build()
-        write_dataset(self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source)
+        write_dataset(
+            self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
@@ -100,10 +107,21 @@ class DiskDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return ResumableLoader(self.train_dataset, batch_size=self.batch_size, seed=self.shuffle_seed,
-                               drop_last=len(self.train_dataset) > self.batch_size,
-                               num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return ResumableLoader(
+            self.train_dataset,
+            batch_size=self.batch_size,
+            seed=self.shuffle_seed,
+            drop_last=len(self.train_dataset) > self.batch_size,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, generator=torch.Generator(),
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            self.val_dataset,
+            batch_size=self.batch_size,
+            shuffle=False,
+            generator=torch.Generator(),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )

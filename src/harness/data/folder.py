@@ -25,10 +25,18 @@ class FolderDataModule(DiskDataModule):
         except CorruptDataset as err:
             raise ConfigError("data.path", path, f"not a dataset folder ({err}); {fix}") from None
         if meta["length"] != length:
-            raise ConfigError("data.length", length, f"the dataset at {path} holds examples of length {meta['length']}; "
-                                                     f"set data.length={meta['length']}")
+            raise ConfigError(
+                "data.length",
+                length,
+                f"the dataset at {path} holds examples of length {meta['length']}; "
+                f"set data.length={meta['length']}",
+            )
 
     def prepare_data(self) -> None:
         if not is_whole(self.dataset_dir):
-            raise ConfigError("data.path", self.dataset_dir, "the dataset is truncated or corrupt (checksum mismatch in "
-                                                             "meta.json); restore it from its source")
+            raise ConfigError(
+                "data.path",
+                self.dataset_dir,
+                "the dataset is truncated or corrupt (checksum mismatch in "
+                "meta.json); restore it from its source",
+            )

@@ -37,8 +37,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_dataset(directory: Path, splits: dict[str, list[dict]], *, task: str, alphabet: str,
-                  length: int, source: dict) -> Path:
+def write_dataset(
+    directory: Path, splits: dict[str, list[dict]], *, task: str, alphabet: str, length: int, source: dict
+) -> Path:
     """Write `splits` (split name -> records) as a dataset folder at `directory`, atomically.
 
     If another process finishes the same folder first, its copy is kept and ours is discarded."""
@@ -47,8 +48,14 @@ def write_dataset(directory: Path, splits: dict[str, list[dict]], *, task: str, 
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
-        meta = {"format": FORMAT_VERSION, "task": task, "alphabet": alphabet, "length": length,
-                "splits": {}, "source": source}
+        meta = {
+            "format": FORMAT_VERSION,
+            "task": task,
+            "alphabet": alphabet,
+            "length": length,
+            "splits": {},
+            "source": source,
+        }
         for name, records in splits.items():
             path = staging / f"{name}.jsonl"
             with open(path, "w", encoding="utf-8") as f:

@@ -25,7 +25,9 @@ class EpochPermutation(Sampler[int]):
         return self.size
 
     def __iter__(self):
-        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+        order = torch.randperm(
+            self.size, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        )
         skip, self.skip = self.skip, 0
         yield from order[skip:].tolist()
 
@@ -38,8 +40,14 @@ class ResumableLoader(DataLoader):
     def __init__(self, dataset, batch_size: int, seed: int, drop_last: bool, **kwargs):
         self.order = EpochPermutation(len(dataset), seed)
         # its own generator: creating an iterator would otherwise draw from the global one (dropout's)
-        super().__init__(dataset, batch_size=batch_size, sampler=self.order, drop_last=drop_last,
-                         generator=torch.Generator().manual_seed(seed), **kwargs)
+        super().__init__(
+            dataset,
+            batch_size=batch_size,
+            sampler=self.order,
+            drop_last=drop_last,
+            generator=torch.Generator().manual_seed(seed),
+            **kwargs,
+        )
         self.trained = (0, 0)  # (epoch, batches trained on in it)
 
     def state_dict(self) -> dict:

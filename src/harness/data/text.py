@@ -29,7 +29,9 @@ def read_corpus(path: str | None) -> tuple[str, str]:
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError("data.path", path, f"not UTF-8 text ({err.reason} at byte {err.start}); {fix}") from None
+        raise ConfigError(
+            "data.path", path, f"not UTF-8 text ({err.reason} at byte {err.start}); {fix}"
+        ) from None
     if not text:
         raise ConfigError("data.path", path, f"the file is empty; {fix}")
     return file.stem, text
@@ -39,22 +41,40 @@ class TextDataModule(DiskDataModule):
     """Next-character prediction on non-overlapping chunks of `length + 1` characters of a corpus;
     the first `1 - val_fraction` of the corpus is training data, the rest validation."""
 
-    def __init__(self, length: int, path: str | None = None, alphabet: str | None = None,
-                 val_fraction: float = 0.1, batch_size: int = 32, root: str = "data", num_workers: int = 0):
+    def __init__(
+        self,
+        length: int,
+        path: str | None = None,
+        alphabet: str | None = None,
+        val_fraction: float = 0.1,
+        batch_size: int = 32,
+        root: str = "data",
+        num_workers: int = 0,
+    ):
         super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
         if not 0 < val_fraction < 1:
-            raise ConfigError("data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)")
+            raise ConfigError(
+                "data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)"
+            )
         self.path, self.val_fraction = path, val_fraction
         self.name, self.text = read_corpus(path)
         unknown = sorted(set(self.text) - set(alphabet)) if alphabet is not None else []
         if unknown:
-            raise ConfigError("data.path", path, f"holds characters outside data.alphabet: {''.join(unknown)!r}; "
-                                                 "add them to data.alphabet or set data.alphabet=null to use the corpus's own")
+            raise ConfigError(
+                "data.path",
+                path,
+                f"holds characters outside data.alphabet: {''.join(unknown)!r}; "
+                "add them to data.alphabet or set data.alphabet=null to use the corpus's own",
+            )
         self.alphabet = alphabet if alphabet is not None else "".join(sorted(set(self.text)))
         chunks = len(self.text) // (length + 1)
         if chunks < 2:
-            raise ConfigError("data.length", length, f"the corpus ({len(self.text)} characters) holds fewer than 2 "
-                                                     f"examples of {length + 1} characters; use a shorter data.length or a longer file")
+            raise ConfigError(
+                "data.length",
+                length,
+                f"the corpus ({len(self.text)} characters) holds fewer than 2 "
+                f"examples of {length + 1} characters; use a shorter data.length or a longer file",
+            )
         tag = hashlib.sha256((self.text + "|" + self.alphabet).encode()).hexdigest()[:8]
         self.dataset_dir = self.root / "text" / f"{self.name}-L{length}-v{val_fraction}-{tag}"
 

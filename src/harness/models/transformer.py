@@ -23,7 +23,9 @@ class SelfAttention(nn.Module):
         self.attend = CausalAttention(vectorize)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = rearrange(self.qkv(x), "b time (qkv heads dim) -> qkv b heads time dim", qkv=3, heads=self.heads)
+        q, k, v = rearrange(
+            self.qkv(x), "b time (qkv heads dim) -> qkv b heads time dim", qkv=3, heads=self.heads
+        )
         mixed = rearrange(self.attend(q, k, v), "b heads time dim -> b time (heads dim)")
         return self.dropout(self.out(mixed))
 
@@ -31,8 +33,9 @@ class SelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, d_model: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
-                                 nn.Dropout(dropout))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model), nn.Dropout(dropout)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -53,8 +56,16 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """input_ids Long[b, time] -> logits [b, time, vocab_size]; position t sees inputs 0..t only."""
 
-    def __init__(self, vocab_size: int, max_len: int, d_model: int = 64, layers: int = 2, heads: int = 4,
-                 dropout: float = 0.0, vectorize: bool = True):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        d_model: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        dropout: float = 0.0,
+        vectorize: bool = True,
+    ):
         super().__init__()
         self.max_len = max_len
         self.token_embedding = nn.Embedding(vocab_size, d_model)

@@ -117,7 +117,10 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl
     if cfg.wandb_watch:
         probes.append(WandbWatch(log_what="all", log_freq=10))
     # a fork's own probes: each its own callback, so every Lightning hook reaches it
-    return [ProbeSet([*probes, sink]), *(_extra(name, node) for name, node in (cfg.get("extra") or {}).items())]
+    return [
+        ProbeSet([*probes, sink]),
+        *(_extra(name, node) for name, node in (cfg.get("extra") or {}).items()),
+    ]
 
 
 def _extra(name: str, node: DictConfig) -> pl.Callback:

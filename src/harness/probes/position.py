@@ -17,7 +17,9 @@ def input_grad_by_position(model: nn.Module, batch: dict) -> torch.Tensor:
     Norm over the batch and embedding axes: returns Float[time] (on the model's device). Parameter
     gradients are left untouched (torch.autograd.grad, not backward), so it is safe mid-training."""
     captured: list[torch.Tensor] = []
-    handle = model.token_embedding.register_forward_hook(lambda module, inputs, output: captured.append(output))
+    handle = model.token_embedding.register_forward_hook(
+        lambda module, inputs, output: captured.append(output)
+    )
     try:
         with torch.enable_grad():
             logits = model(batch["input_ids"])

@@ -5,4 +5,12 @@ from harness.twins.base import Twin, max_difference, registered
 from harness.twins.loss import MaskedCrossEntropy
 from harness.twins.recurrent import LSTMScan, TanhScan
 
-__all__ = ["CausalAttention", "LSTMScan", "MaskedCrossEntropy", "TanhScan", "Twin", "max_difference", "registered"]
+__all__ = [
+    "CausalAttention",
+    "LSTMScan",
+    "MaskedCrossEntropy",
+    "TanhScan",
+    "Twin",
+    "max_difference",
+    "registered",
+]

@@ -18,8 +18,12 @@ class CausalAttention(Twin):
 
     q, k, v: [b, heads, time, dim] -> [b, heads, time, dim]"""
 
-    test_shapes = ({"b": 1, "heads": 1, "time": 1, "dim": 4}, {"b": 2, "heads": 3, "time": 7, "dim": 5},
-                   {"b": 3, "heads": 2, "time": 16, "dim": 8}, {"b": 1, "heads": 4, "time": 33, "dim": 2})
+    test_shapes = (
+        {"b": 1, "heads": 1, "time": 1, "dim": 4},
+        {"b": 2, "heads": 3, "time": 7, "dim": 5},
+        {"b": 3, "heads": 2, "time": 16, "dim": 8},
+        {"b": 1, "heads": 4, "time": 33, "dim": 2},
+    )
     bench_shape = {"b": 32, "heads": 4, "time": 32, "dim": 16}  # conf defaults, full mode
 
     def loop(self, q, k, v):

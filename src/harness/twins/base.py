@@ -31,7 +31,9 @@ class Twin:
         if self.vectorize:
             return self.vectorized(*args, **kwargs)
         if not self._warned:
-            log.warning("%s is running its loop version (slow; set vectorize=true for speed)", type(self).__name__)
+            log.warning(
+                "%s is running its loop version (slow; set vectorize=true for speed)", type(self).__name__
+            )
             self._warned = True
         return self.loop(*args, **kwargs)
 

@@ -16,8 +16,12 @@ class MaskedCrossEntropy(Twin):
 
     logits: [b, time, vocab], targets: Long[b, time], loss_mask: Bool[b, time] -> scalar"""
 
-    test_shapes = ({"b": 1, "time": 1, "vocab": 2}, {"b": 2, "time": 5, "vocab": 7},
-                   {"b": 4, "time": 16, "vocab": 20}, {"b": 3, "time": 9, "vocab": 100})
+    test_shapes = (
+        {"b": 1, "time": 1, "vocab": 2},
+        {"b": 2, "time": 5, "vocab": 7},
+        {"b": 4, "time": 16, "vocab": 20},
+        {"b": 3, "time": 9, "vocab": 100},
+    )
     bench_shape = {"b": 32, "time": 32, "vocab": 103}  # data=text defaults, full mode
 
     def loop(self, logits, targets, loss_mask):
@@ -29,8 +33,11 @@ class MaskedCrossEntropy(Twin):
         return torch.stack(terms).mean()
 
     def vectorized(self, logits, targets, loss_mask):
-        per_position = F.cross_entropy(rearrange(logits, "b time vocab -> (b time) vocab"),
-                                       rearrange(targets, "b time -> (b time)"), reduction="none")
+        per_position = F.cross_entropy(
+            rearrange(logits, "b time vocab -> (b time) vocab"),
+            rearrange(targets, "b time -> (b time)"),
+            reduction="none",
+        )
         mask = rearrange(loss_mask, "b time -> (b time)").to(per_position.dtype)
         return (per_position * mask).sum() / mask.sum()
 

@@ -12,8 +12,12 @@ from harness.twins.base import Twin
 
 
 def _layer_weights(module: nn.RNNBase, layer: int):
-    return (getattr(module, f"weight_ih_l{layer}"), getattr(module, f"weight_hh_l{layer}"),
-            getattr(module, f"bias_ih_l{layer}"), getattr(module, f"bias_hh_l{layer}"))
+    return (
+        getattr(module, f"weight_ih_l{layer}"),
+        getattr(module, f"weight_hh_l{layer}"),
+        getattr(module, f"bias_ih_l{layer}"),
+        getattr(module, f"bias_hh_l{layer}"),
+    )
 
 
 def _random_module(cls, generator, features, hidden, layers):
@@ -29,10 +33,18 @@ class TanhScan(Twin):
 
     x: [b, time, features], rnn: nn.RNN(batch_first=True) -> outputs of the last layer [b, time, hidden]"""
 
-    test_shapes = ({"b": 1, "time": 1, "features": 3, "hidden": 4, "layers": 1},
-                   {"b": 2, "time": 9, "features": 5, "hidden": 6, "layers": 2},
-                   {"b": 3, "time": 20, "features": 8, "hidden": 8, "layers": 1})
-    bench_shape = {"b": 32, "time": 32, "features": 128, "hidden": 128, "layers": 1}  # conf defaults, full mode
+    test_shapes = (
+        {"b": 1, "time": 1, "features": 3, "hidden": 4, "layers": 1},
+        {"b": 2, "time": 9, "features": 5, "hidden": 6, "layers": 2},
+        {"b": 3, "time": 20, "features": 8, "hidden": 8, "layers": 1},
+    )
+    bench_shape = {
+        "b": 32,
+        "time": 32,
+        "features": 128,
+        "hidden": 128,
+        "layers": 1,
+    }  # conf defaults, full mode
 
     def loop(self, x, rnn):
         for layer in range(rnn.num_layers):
@@ -51,7 +63,9 @@ class TanhScan(Twin):
 
     @classmethod
     def example_inputs(cls, generator, b, time, features, hidden, layers):
-        return torch.randn(b, time, features, generator=generator), _random_module(nn.RNN, generator, features, hidden, layers)
+        return torch.randn(b, time, features, generator=generator), _random_module(
+            nn.RNN, generator, features, hidden, layers
+        )
 
 
 class LSTMScan(Twin):
@@ -81,4 +95,6 @@ class LSTMScan(Twin):
 
     @classmethod
     def example_inputs(cls, generator, b, time, features, hidden, layers):
-        return torch.randn(b, time, features, generator=generator), _random_module(nn.LSTM, generator, features, hidden, layers)
+        return torch.randn(b, time, features, generator=generator), _random_module(
+            nn.LSTM, generator, features, hidden, layers
+        )
