@@ -7,6 +7,7 @@ import csv
 import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 from datetime import datetime
@@ -18,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from harness.cli import check_overrides
 from harness.config import validate
 from harness.data.format import is_whole
 from harness.probes.position import input_grad_by_position, reach
@@ -373,6 +375,31 @@ def test_each_job_has_its_own_finished_wandb_run(tmp_path, data_root):
         )
         ids.append(run_id)
     assert ids[0] != ids[1]
+
+
+def readme_command(heading: str) -> list[str]:
+    """The overrides of the first `python train.py ...` code block after `heading` in README.md."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(heading) :].split("```")[1]
+    return shlex.split(block.replace("\\\n", " "))[2:]  # past "python train.py"
+
+
+def test_readme_slurm_example_composes_to_what_it_says():
+    args = readme_command("A sweep on a SLURM cluster")
+    assert args[0] == "-m" and "data.length=10,50,200" in args, args
+    check_overrides(args, CONF)  # the command line's own check of every job, before anything is queued
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
+        job = [a for a in args[1:] if not a.startswith("data.length=")]
+        cfg = compose(config_name="train", overrides=job, return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher"), launcher._target_
+    assert (launcher.partition, launcher.timeout_min, launcher.nodes) == ("gpu", 120, 1)
+    assert (launcher.gpus_per_node, launcher.tasks_per_node, list(launcher.setup)) == (
+        4,
+        4,
+        ["source .venv/bin/activate"],
+    )
+    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.precision) == ("ddp", 4, "bf16-mixed")
 
 
 @pytest.mark.slow

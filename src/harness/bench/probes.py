@@ -120,7 +120,7 @@ class Variant:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            accelerator="cpu",
+            accelerator=os.environ.get("BENCH_ACCELERATOR", "cpu"),  # gpu: scripts/gpu_check.sh
             devices=1,
             logger=loggers,
             callbacks=[*callbacks, self.gate],
