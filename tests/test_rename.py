@@ -30,18 +30,12 @@ REFERENCES = re.compile(
 )
 
 
-def project_files() -> list[str]:
-    listed = (
-        subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    return [p for p in listed if p and (ROOT / p).is_file()]
+def rename_script():
+    """scripts/rename.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("rename", ROOT / "scripts" / "rename.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def run(
@@ -62,9 +56,10 @@ def run(
 def renamed(tmp_path_factory) -> Path:
     """A copy of the project (tracked and new files), renamed to mylab with scripts/rename.py."""
     copy = tmp_path_factory.mktemp("fork") / "project"
-    for name in project_files():
+    for path in rename_script().project_files(ROOT):  # the files the rename itself would rewrite
+        name = path.relative_to(ROOT)
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, copy / name)
+        shutil.copy2(path, copy / name)
     done = run(sys.executable, "scripts/rename.py", NEW, cwd=copy)
     assert done.returncode == 0, done.stderr
     return copy
@@ -94,9 +89,7 @@ def test_no_reference_to_the_old_name_is_left(renamed):
 
 
 def test_references_are_renamed_and_prose_is_kept():
-    spec = importlib.util.spec_from_file_location("rename", ROOT / "scripts" / "rename.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = rename_script()
     before = (
         f'import {OLD}\nfrom {OLD}.run import run  # log "{OLD}.twins", "{OLD}"\n# {OLD}: a title\n'
         f"_target_: {OLD}.models.RNN  # see src/{OLD}/models/\nproject: {OLD}  # wandb\n{OLD.upper()}_DEBUG=1\n"
