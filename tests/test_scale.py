@@ -197,7 +197,7 @@ def test_inductor_compile_overfit_passes(run_train, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
-        (["trainer=ddp", "trainer.devices=64"], "trainer.devices=64"),
+        (["trainer=ddp", "trainer.devices=4096"], "trainer.devices=4096"),
         (["trainer=ddp", "trainer.num_nodes=2"], "trainer.num_nodes=2"),
         (["-m", "trainer=ddp", "data.length=10,20"], "trainer=ddp"),
         (
@@ -208,10 +208,27 @@ def test_inductor_compile_overfit_passes(run_train, tmp_path):
             ["-m", "hydra/launcher=slurm", "hydra.launcher.nodes=2", "data.length=10,20"],
             "hydra.launcher.nodes=2",
         ),
+        (
+            ["-m", "hydra/launcher=slurm", "hydra.launcher.tasks_per_node=4", "data.length=10,20"],
+            "hydra.launcher.tasks_per_node=4",
+        ),
+        (["trainer=ddp", "trainer.devices=auto"], "trainer.devices=auto"),
+        (["trainer=ddp", "trainer.strategy=ddp_spawn"], "trainer.strategy=ddp_spawn"),
         (["compile=inductr"], "compile=inductr"),
         (["compile=3"], "compile=3"),
     ],
-    ids=["devices", "nodes", "local-sweep", "slurm-tasks", "slurm-nodes", "backend", "compile-type"],
+    ids=[
+        "devices",
+        "nodes",
+        "local-sweep",
+        "slurm-tasks",
+        "slurm-nodes",
+        "slurm-tasks-no-ddp",
+        "ddp-auto",
+        "ddp-spawn",
+        "backend",
+        "compile-type",
+    ],
 )
 def test_unsound_scale_settings_are_refused(argv, names, capsys, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -239,3 +256,41 @@ def test_a_cluster_job_is_not_held_to_this_machine(monkeypatch):
         ],
         ROOT / "conf",
     )
+
+
+def test_each_rank_reads_its_own_share_of_the_epoch(monkeypatch):
+    from harness.data import sampler
+
+    shares = []
+    for rank in (0, 1):
+        monkeypatch.setattr(sampler, "shard", lambda rank=rank: (rank, 2))
+        order = sampler.EpochPermutation(11, seed=3)
+        order.set_epoch(1)
+        shares.append(list(order))
+        assert len(order) == 5 and order.num_replicas == 2 and order.rank == rank
+    assert len(shares[0]) == len(shares[1]) == 5  # the same number of steps on every rank
+    assert not set(shares[0]) & set(shares[1]), shares  # disjoint
+    monkeypatch.setattr(sampler, "shard", lambda: (0, 1))
+    alone = sampler.EpochPermutation(11, seed=3)
+    alone.set_epoch(1)
+    assert sorted(shares[0] + shares[1]) == sorted(list(alone)[:10])  # together: one epoch, remainder dropped
+
+
+@pytest.mark.slow
+def test_ddp_full_mode_trains_and_checkpoints(run_train, tmp_path):
+    result = run_train(
+        "mode=full",
+        "trainer=ddp",
+        "data.size=64",
+        "data.batch_size=8",
+        "mode.max_steps=6",
+        "mode.val_every=3",
+        "mode.ckpt_every=3",
+        "probes=off",
+        "preflight=false",
+        "mode.progress_bar=false",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "DONE" and verdict["steps"] == 6 and verdict["val_loss"] is not None, verdict
+    assert torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["global_step"] == 6

@@ -41,7 +41,23 @@ def processes(trainer: DictConfig) -> int:
     """Processes the Trainer config asks for on this machine (1 unless a DDP strategy is chosen)."""
     strategy = str(trainer.get("strategy", "auto"))
     devices = trainer.get("devices", 1)
-    return devices if strategy.startswith("ddp") and isinstance(devices, int) else 1
+    if not strategy.startswith("ddp"):
+        return 1
+    if strategy.startswith("ddp_spawn"):
+        raise ConfigError(
+            "trainer.strategy",
+            strategy,
+            "spawned workers keep the stop step, probes and checks to "
+            "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
+        )
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ConfigError(
+            "trainer.devices",
+            devices,
+            "with DDP give the number of processes on each machine, "
+            "e.g. trainer.devices=2: the harness checks it against the machine and the launcher",
+        )
+    return devices
 
 
 def check_devices(trainer: DictConfig) -> None:
@@ -93,7 +109,9 @@ def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
     `launcher`: the composed hydra.launcher node."""
     count, nodes = processes(cfg.trainer), cfg.trainer.get("num_nodes", 1)
     if on_cluster(launcher):
-        if count > 1 and launcher.tasks_per_node != count:
+        if (
+            launcher.tasks_per_node != count
+        ):  # also without DDP: SLURM would run the whole job that many times
             raise ConfigError(
                 "hydra.launcher.tasks_per_node",
                 launcher.tasks_per_node,

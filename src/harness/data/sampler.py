@@ -7,29 +7,53 @@ loader's state is just (epoch, batches already trained on), which Lightning stor
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
 
 
-class EpochPermutation(Sampler[int]):
-    """A fresh permutation each epoch, drawn from (seed, epoch); can start part-way through."""
+def shard() -> tuple[int, int]:
+    """(rank, ranks) of this process in its torch.distributed group; (0, 1) when it runs alone."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
-    def __init__(self, size: int, seed: int):
+
+class EpochPermutation(DistributedSampler):
+    """A fresh permutation each epoch, drawn from (seed, epoch); can start part-way through. Under DDP each
+    rank takes every ranks-th index of the same permutation (the remainder dropped, so every rank runs the
+    same number of steps): the ranks' shares are disjoint and together one epoch, as a DistributedSampler's.
+
+    A DistributedSampler by type so that Lightning leaves it in place under DDP (it would wrap any other
+    sampler, rebuilding the loader); it asks torch.distributed for its share when iterated, not when built,
+    which is before the ranks exist."""
+
+    def __init__(self, size: int, seed: int):  # no super().__init__: it would ask for the ranks now
         self.size, self.seed = size, seed
         self.epoch, self.skip = 0, 0
+
+    @property
+    def rank(self) -> int:
+        return shard()[0]
+
+    @property
+    def num_replicas(self) -> int:
+        return shard()[1]
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before each epoch (as for a DistributedSampler)."""
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.size
+        return self.size // shard()[1]
 
     def __iter__(self):
         order = torch.randperm(
             self.size, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         )
+        rank, ranks = shard()
+        mine = order[: len(self) * ranks][rank::ranks]
         skip, self.skip = self.skip, 0
-        yield from order[skip:].tolist()
+        yield from mine[skip:].tolist()
 
 
 class ResumableLoader(DataLoader):
