@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.run import run
+from harness.run import exit_code, run
 from harness.verdict import read_verdict
 from tests.conftest import ROOT
 
@@ -278,3 +278,15 @@ def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_con
     assert train.read_text().endswith(records[9]["text"][:0]) and not (
         folder / "train.jsonl"
     ).read_text().endswith("\n")
+
+
+def test_signal_during_the_preflight_stops_before_training(make_config, tmp_path):
+    checks = tmp_path / "preflight_interrupted.py"  # a check during which Ctrl-C arrives
+    checks.write_text(
+        "import os, signal\n\n\ndef test_slow_check():\n    os.kill(os.getpid(), signal.SIGINT)\n"
+    )
+    verdict = run(make_config("n=1", "probes=off", f"+preflight_tests=[{checks}]"))
+    assert verdict["status"] == "INTERRUPTED" and verdict["signal"] == signal.SIGINT, verdict
+    assert verdict["steps"] == 0 and exit_code(verdict) == 130
+    assert read_verdict(tmp_path / "run")["status"] == "INTERRUPTED"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers went back

@@ -85,9 +85,15 @@ class NonFiniteGuard(pl.Callback):
         raise NonFinite(trainer.global_step, where)
 
 
+#: Ctrl-C, a polite kill (and SLURM at the time limit), and the warning SLURM sends ahead of the time
+#: limit when asked (the submitit launcher asks for SIGUSR2 signal_delay_s before it)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ()))
+
+
 class StopOnSignal(pl.Callback):
-    """SIGINT and SIGTERM finish the current step, save a checkpoint, then stop the run by raising
-    Interrupted. A second signal while stopping is ignored (the checkpoint is being written)."""
+    """SIGINT, SIGTERM and SIGUSR2 finish the current step, save a checkpoint, then stop the run by raising
+    Interrupted (before training, harness.run stops it after the preflight). A second signal while stopping
+    is ignored (the checkpoint is being written). Under DDP the ranks decide together, every step."""
 
     def __init__(self, checkpoint: Path):
         self.checkpoint = checkpoint
@@ -100,10 +106,9 @@ class StopOnSignal(pl.Callback):
             self.received = signum
 
     def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous.setdefault(
-                signum, signal.signal(signum, self._handle)
-            )  # the first: what restore() puts back
+        for signum in SIGNALS:
+            # the first handler found is what restore() puts back
+            self._previous.setdefault(signum, signal.signal(signum, self._handle))
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -117,10 +122,16 @@ class StopOnSignal(pl.Callback):
         self.install()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.received is not None:
-            # saved where ModelCheckpoint saves, so it resumes exactly like a periodic checkpoint
-            trainer.save_checkpoint(self.checkpoint)
-            raise Interrupted(self.received)
+        signum = self.received
+        if trainer.world_size > 1:  # every rank stops at the same step, or one waits in an all-reduce forever
+            if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
+                return
+            signum = signum or signal.SIGTERM  # a rank the signal did not reach stops as if it had
+        elif signum is None:
+            return
+        # saved where ModelCheckpoint saves, so it resumes exactly like a periodic checkpoint
+        trainer.save_checkpoint(self.checkpoint)
+        raise Interrupted(signum)
 
 
 class FinalCheckpoint(pl.Callback):

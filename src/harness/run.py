@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import validate
+from harness.config import build, validate
 from harness.distributed import global_rank, started_by_lightning
 from harness.errors import ConfigError
 from harness.faults import FinalCheckpoint, Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
@@ -79,27 +78,6 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
     return ckpt_path
 
 
-def build(node: DictConfig, key: str, **kwargs):
-    """hydra.utils.instantiate, with a user's mistake turned into a one-line ConfigError."""
-    try:
-        return instantiate(node, **kwargs)
-    except InstantiationException as err:
-        cause = err.__cause__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
-        if isinstance(cause, TypeError) and unexpected:
-            name = unexpected.group(1)
-            raise ConfigError(
-                f"{key}.{name}",
-                node.get(name),
-                f"{node._target_} takes no argument {name!r}; check the spelling or remove it",
-            ) from None
-        if isinstance(cause, ValueError):
-            raise ConfigError(key, node.get("_target_"), str(cause)) from None
-        raise
-
-
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> pl.Trainer:
     mode = cfg.mode
     kwargs = dict(
@@ -132,9 +110,20 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
 def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # from here a signal is recorded and acted on at the next safe point (after the preflight, at the end of
+    # a training step), and the handlers stay until the verdict is written
+    interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
+    interrupt.install()
+    try:
+        return run_job(cfg, run_dir, interrupt)
+    finally:
+        interrupt.restore()
+
+
+def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     started = time.perf_counter()
     hydra = HydraConfig.get()
-    run_dir = Path(hydra.runtime.output_dir)
     overfit = cfg.mode.name == "overfit"
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)
@@ -148,9 +137,8 @@ def run(cfg: DictConfig) -> dict:
     module = HarnessModule(
         model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile
     )
-    first = (
-        global_rank() == 0
-    )  # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
+    # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
+    first = global_rank() == 0
 
     verdict = {
         "mode": cfg.mode.name,
@@ -171,9 +159,8 @@ def run(cfg: DictConfig) -> dict:
         "checks": [],
         "run_dir": str(run_dir),
     }
-    probes = build_probes(
-        cfg.probes, run_dir=run_dir, data=data, overfit=overfit
-    )  # before any work: a bad one is a config error
+    # before any work: a bad probe is a config error
+    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)
     from harness.checks.preflight import run_preflight
 
     preflight_started = time.perf_counter()
@@ -181,6 +168,14 @@ def run(cfg: DictConfig) -> dict:
     # run it (same seed, same data, same decision), so none is left waiting for a rank that stopped
     verdict["checks"] = [] if started_by_lightning() else run_preflight(module, data, cfg)
     verdict["preflight_seconds"] = round(time.perf_counter() - preflight_started, 3)
+    if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
+        verdict.update(
+            status="INTERRUPTED", signal=interrupt.received, seconds=round(time.perf_counter() - started, 3)
+        )
+        if first:
+            write_verdict(run_dir, verdict)
+        log.warning("INTERRUPTED before training: verdict %s", run_dir / "verdict.json")
+        return verdict
     if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict["checks"]):
         verdict.update(status="PREFLIGHT_FAIL", seconds=round(time.perf_counter() - started, 3))
         if first:
@@ -190,7 +185,6 @@ def run(cfg: DictConfig) -> dict:
 
     seed_all(cfg.seed)  # the checks drew random numbers: training starts from the same state either way
     checkpoints = run_dir / "checkpoints"
-    interrupt = StopOnSignal(checkpoints / "last.ckpt")
     callbacks: list[pl.Callback] = [NonFiniteGuard(), ResumeState(), interrupt]
     if overfit:
         batch = data.batch()
@@ -215,15 +209,18 @@ def run(cfg: DictConfig) -> dict:
 
     ckpt_path = resume_from(cfg.ckpt_path, run_dir, module)
     outcome, stopped = "failed", None
-    interrupt.install()
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         outcome = "success"
     except (NonFinite, Interrupted) as err:
         stopped = err
     finally:
-        interrupt.restore()
         finish_loggers(loggers, outcome)
+    if stopped is None and interrupt.received is not None:
+        log.warning(
+            "%s received after the last step: the run is complete, its verdict follows",
+            signal.Signals(interrupt.received).name,
+        )
 
     verdict["steps"] = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical

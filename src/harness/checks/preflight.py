@@ -102,12 +102,11 @@ def run_preflight(module, data, cfg) -> list[dict]:
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
     was_training, threads = model.training, torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
+    # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
+    torch.set_num_threads(1)
     try:
         # a file that fails to import is a FAIL row, and the other files' checks still run
-        pytest.main(
+        code = pytest.main(
             [
                 *files,
                 "-p",
@@ -128,5 +127,9 @@ def run_preflight(module, data, cfg) -> list[dict]:
         torch.set_num_threads(threads)
         model.train(was_training)
     model.zero_grad(set_to_none=True)
+    if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
+        raise KeyboardInterrupt
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):  # the checks did not all run
+        plugin.results.append(CheckResult("preflight", FAIL, f"pytest stopped with {code.name} over {files}"))
     log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(plugin.results))
     return [r.as_dict() for r in plugin.results]
