@@ -118,3 +118,14 @@ def test_whole_model_runs_on_loop_versions(make_config, caplog):
     assert verdict["status"] == "PASS", verdict
     warned = {r.getMessage().split()[0] for r in caplog.records if "loop version" in r.getMessage()}
     assert {"CausalAttention", "MaskedCrossEntropy"} <= warned, warned
+
+
+def test_the_stopping_step_is_logged_even_between_logging_steps(make_config, tmp_path):
+    """log_every=5, and the run stops at the target on a step between two logged ones: Lightning writes
+    that last step too, and it must hold that step's loss, not the last logged one's."""
+    verdict = run(make_config("n=2", "probes=off", "preflight=false", "mode.log_every=5"))
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/loss")]
+    assert verdict["status"] == "PASS" and verdict["steps"] % 5, verdict  # stopped between logging steps
+    assert int(rows[-1]["step"]) == verdict["steps"] - 1
+    assert float(rows[-1]["train/loss"]) == pytest.approx(verdict["final_loss"]), rows[-1]

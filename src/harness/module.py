@@ -74,18 +74,30 @@ class HarnessModule(pl.LightningModule):
         self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
         # the logits, detached, for the logit-mass probe (harness.probes.logits): no second forward pass
         out = {"loss": loss, "logits": logits.detach()}
-        if self._trainer is None or self.trainer._logger_connector.should_update_logs:
-            # metrics only on the steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms
-            # a key whether or not it is written, and the statistics a pass over the logits
-            out["position_stats"] = stats = position_stats(logits, batch["targets"])  # the probe reuses them
-            metrics = {"loss": self.last_loss, **masked_metrics(stats, batch["loss_mask"])}
-            self.log_dict(
-                {f"train/{k}": v for k, v in metrics.items()},
-                on_step=True,
-                on_epoch=False,
-                batch_size=batch["input_ids"].shape[0],
-            )
+        if self.logs_now():
+            out["position_stats"] = position_stats(logits, batch["targets"])  # the probe reuses them
         return out
+
+    def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
+        # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
+        # Lightning write this step's metrics, so they are logged here, not in training_step; and only on the
+        # steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms a key whether or not
+        # it is written, the statistics a pass over the logits.
+        if not self.logs_now():
+            return
+        stats = outputs.get("position_stats")
+        stats = position_stats(outputs["logits"], batch["targets"]) if stats is None else stats
+        metrics = {"loss": self.last_loss, **masked_metrics(stats, batch["loss_mask"])}
+        self.log_dict(
+            {f"train/{k}": v for k, v in metrics.items()},
+            on_step=True,
+            on_epoch=False,
+            batch_size=batch["input_ids"].shape[0],
+        )
+
+    def logs_now(self) -> bool:
+        """Whether Lightning writes this step's logged values: every log_every_n_steps, and the last step."""
+        return self.trainer._logger_connector.should_update_logs
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics, _ = self.loss_and_metrics(batch)
