@@ -2,7 +2,7 @@
 
 Three parts:
 
-1. Planted bugs. `TinyLM` is a minimal, bug-free model meeting the Model contract (DESIGN.md): token
+1. Planted bugs. `TinyLM` is a minimal, bug-free model meeting the Model contract (docs/contracts.md): token
    embedding -> one causal self-attention layer (residual) -> linear head. Each subclass below plants
    exactly ONE bug by overriding one step of it, and the test asserts that the check named for that bug
    returns FAIL with a detail that names the fault (parameter, position, module or key). `TinyLM` itself

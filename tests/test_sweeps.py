@@ -65,9 +65,8 @@ def init_reach(make_config, model: str, length: int) -> float:
     cfg = make_config(
         f"model={model}", f"data.length={length}", "data.rule=first_token", "mode=full", "data.batch_size=4"
     )
-    torch.set_flush_denormal(
-        bool(cfg.flush_denormal)
-    )  # as run() does: subnormals would make the RNN's backward crawl
+    # as run() does: subnormals would make the RNN's backward crawl
+    torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)
     data = build(cfg.data, "data")
     data.prepare_data()

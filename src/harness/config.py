@@ -1,12 +1,16 @@
-"""Validation at the door: every user mistake found before any work, as one line with the fix.
+"""Validation at the door: every user mistake found before any work, as one line with the fix; and
+`build`, which instantiates a config node with the same promise.
 
 Hydra's struct mode already rejects misspelled keys and unknown group options when composing; this
 checks the values. Model and data keys are checked by the classes they are passed to."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from harness.distributed import check_devices
@@ -94,3 +98,32 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
         raise ConfigError(
             "ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh"
         )
+
+
+def build(node: DictConfig, key: str, **kwargs):
+    """hydra.utils.instantiate of the config node at `key`, with a user's mistake turned into a one-line
+    ConfigError: a _target_ that cannot be imported, an argument it does not take, a value it refuses."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        if isinstance(cause, ImportError) or str(err).startswith("Error locating target"):
+            raise ConfigError(
+                f"{key}._target_",
+                node.get("_target_"),
+                "cannot be imported: check the module "
+                f"path and that its package is importable from here ({cause or err})",
+            ) from None
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(cause))
+        if isinstance(cause, TypeError) and unexpected:
+            name = unexpected.group(1)
+            raise ConfigError(
+                f"{key}.{name}",
+                node.get(name),
+                f"{node._target_} takes no argument {name!r}; check the spelling or remove it",
+            ) from None
+        if isinstance(cause, ValueError):
+            raise ConfigError(key, node.get("_target_"), str(cause)) from None
+        raise

@@ -1,4 +1,4 @@
-"""Overfit mode (brief P3, P4): memorize the first n training examples, re-seeded every step.
+"""Overfit mode (practice P3, P4): memorize the first n training examples, re-seeded every step.
 
 The train loader yields the same batch of all n examples at every step; validation runs on the same n.
 The run stops as soon as the training loss reaches the achievable floor plus `mode.target_loss`."""
@@ -97,7 +97,7 @@ def achievable_floor(batch: dict) -> float:
 
 class Reseed(pl.Callback):
     """Seeds every source of randomness with the same seed before each training and validation step,
-    so dropout and any random masking stay on but are identical step to step (brief P3)."""
+    so dropout and any random masking stay on but are identical step to step (practice P3)."""
 
     def __init__(self, seed: int):
         self.seed = seed

@@ -189,9 +189,8 @@ def reach_by_length(jobs, path: Path) -> Path:
         _no_data(ax, "no reach_init / reach_final in verdict.json\n(probes off, or the jobs failed)")
     else:
         ax.set_xscale("log")
-        ax.axhline(
-            1.0, color="0.8", linewidth=1
-        )  # reach 1: the first token gets as much gradient as the last
+        # reach 1: the first token gets as much gradient as the last
+        ax.axhline(1.0, color="0.8", linewidth=1)
         _mark_floor(ax, floor, any_zero)
         _legend(ax, any_zero)
     fig.savefig(path, dpi=110)

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
-#: the columns every summary has, in order (the brief's table), then the ones that tell jobs apart
+#: the columns every summary has, in order (the README's tables), then the ones that tell jobs apart
 COLUMNS = (
     "model",
     "length",

@@ -1,4 +1,4 @@
-"""verdict.json: the machine-readable result of a run (see DESIGN.md, Run directory)."""
+"""verdict.json: the machine-readable result of a run (see docs/contracts.md, Run directory)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Preflight checks: plain functions `(model, batch or datamodule, cfg) -> CheckResult`.
 
-They need only the contracts of DESIGN.md, so a fork's own model or data is checked the same way.
+They need only the contracts of docs/contracts.md, so a fork's own model or data is checked the same way.
 `harness.checks.preflight` runs them through pytest before training (see preflight_tests.py)."""
 
 from harness.checks.base import FAIL, PASS, WARN, CheckResult, sample_batch

@@ -1,5 +1,5 @@
 """Checks of back-propagation: every parameter learns, examples never mix, the future never leaks,
-and nothing is infinite at initialization. Each needs only the Model contract (DESIGN.md)."""
+and nothing is infinite at initialization. Each needs only the Model contract (docs/contracts.md)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ class DiskDataModule(pl.LightningDataModule):
     """A dataset folder under `root`, made on first use by the subclass's `build()`.
 
     Subclasses set `self.dataset_dir` and implement `build() -> (splits, task, alphabet, source)`.
-    After `setup()`: `tokenizer`, `train_dataset`, `val_dataset` (see DESIGN.md, DataModule)."""
+    After `setup()`: `tokenizer`, `train_dataset`, `val_dataset` (see docs/contracts.md, DataModule)."""
 
     regenerate_if_corrupt = True  # generated data is rebuilt; real data is refused with an error
     dataset_dir: Path

@@ -1,4 +1,4 @@
-"""Synthetic data of any length, written to disk in the one format the real loader reads (brief P9)."""
+"""Synthetic data of any length, written to disk in the one format the real loader reads (practice P9)."""
 
 from __future__ import annotations
 

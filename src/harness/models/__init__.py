@@ -1,4 +1,4 @@
-"""Built-in models. Each meets the Model contract of DESIGN.md: built with `vocab_size` injected,
+"""Built-in models. Each meets the Model contract of docs/contracts.md: built with `vocab_size` injected,
 `forward(input_ids Long[b, time]) -> logits [b, time, vocab]`, causal, with a `token_embedding`."""
 
 from harness.models.recurrent import LSTM, RNN

@@ -1,8 +1,8 @@
-"""Probes: Lightning callbacks that log what the network does while it learns (brief P1).
+"""Probes: Lightning callbacks that log what the network does while it learns (practice P1).
 
 Each probe is a Callback configured under `probes` (conf/probes/) with its frequency. Overfit mode turns every
 probe on; mode=full those marked `full: true`; `probes=off` none. A probe logs through whichever loggers are
-active and never syncs the host on a step where it logs nothing. See DESIGN.md, Probe.
+active and never syncs the host on a step where it logs nothing. See docs/contracts.md, Probe.
 
     gradients.py    grad_norm/, weight_norm/, update_ratio/ per parameter; the dead-gradient sentinel
     histograms.py   grad_hist/, weight_hist/ (TensorBoard, wandb); grad_stats/, weight_stats/ (every logger)
@@ -19,10 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytorch_lightning as pl
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from harness.config import build
 from harness.errors import ConfigError
 from harness.probes.by_position import GradByPosition
 from harness.probes.datapoints import Datapoints
@@ -128,10 +127,7 @@ def _extra(name: str, node: DictConfig) -> pl.Callback:
     key = f"probes.extra.{name}"
     if not isinstance(node, DictConfig) or "_target_" not in node:
         raise ConfigError(key, node, "give {_target_: package.module.YourCallback, ...its arguments}")
-    try:
-        probe = instantiate(node)
-    except InstantiationException as err:
-        raise ConfigError(key, node._target_, f"could not be built ({err.__cause__ or err})") from None
+    probe = build(node, key)
     if not isinstance(probe, pl.Callback):
         raise ConfigError(key, node._target_, "is not a pytorch_lightning Callback; a probe must be one")
     return probe

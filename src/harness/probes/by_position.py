@@ -33,7 +33,7 @@ class GradByPosition(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if not hasattr(pl_module.model, "token_embedding"):
             log.warning(
-                "grad_by_position probe off: the model has no `token_embedding` (see DESIGN.md, Model)"
+                "grad_by_position probe off: the model has no `token_embedding` (see docs/contracts.md, Model)"
             )
             return
         self.batch = collate(self.data.train_dataset, self.examples)

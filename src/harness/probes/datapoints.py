@@ -1,4 +1,4 @@
-"""Datapoints (brief P1): every K steps, a fixed set of training and validation examples decoded back to text
+"""Datapoints (practice P1): every K steps, a fixed set of training and validation examples decoded back to text
 with the tokenizer: input, target, argmax prediction and loss. To `datapoints.jsonl` in the run dir, a wandb
 Table and TensorBoard text. On text in mode=full, also greedy continuations of a few fixed prompts.
 

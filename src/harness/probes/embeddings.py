@@ -1,4 +1,4 @@
-"""Embeddings (brief P1): every K steps, the token-embedding matrix projected on its first two principal
+"""Embeddings (practice P1): every K steps, the token-embedding matrix projected on its first two principal
 components (SVD in torch, deterministic: no random draw), logged as an image to TensorBoard / wandb; the
 last projection is saved as `embeddings.png` in the run dir. Axes: vocab tokens, dim embedding width."""
 

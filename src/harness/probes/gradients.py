@@ -104,9 +104,8 @@ class LayerNorms(pl.Callback):
                 torch._foreach_copy_(self.before, self.params)
             self.pending = (step, norms, len(grads) - len(present), ratio_now)
         elif self.patience is not None and self.every is None and (step + 1) % self.patience == 0:
-            self.sink.add(
-                step, {"grad_norm/dead": self._report(self.fired.tolist())}
-            )  # no norms logged: check here
+            # no norms logged: check here
+            self.sink.add(step, {"grad_norm/dead": self._report(self.fired.tolist())})
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -43,9 +43,8 @@ def summarize(tensors: list[torch.Tensor], bins: int | None) -> torch.Tensor:
     if not bins:
         return columns
     values = parameters_to_vector([t.detach() for t in tensors]).float()  # every entry, tensor after tensor
-    segment = torch.repeat_interleave(
-        torch.arange(len(tensors), device=device), count.long()
-    )  # value -> tensor
+    # value -> tensor
+    segment = torch.repeat_interleave(torch.arange(len(tensors), device=device), count.long())
     width = torch.where(hi > lo, hi - lo, 1.0)  # a constant tensor (a bias at init) gets a unit-wide range
     index = ((values - lo[segment]) / width[segment] * bins).long().clamp(0, bins - 1)
     counts = torch.zeros(len(tensors) * bins, device=device).index_add_(

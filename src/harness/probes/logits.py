@@ -2,7 +2,7 @@
 
 Read from the (detached) logits the training step returns: no second forward pass. In overfit mode also
 per example, and `p_correct.png` at the end: one line per example, rising from 1/vocab to 1 as the model
-memorizes (brief P1: "visibly move from spread-out to concentrated"). Axes: b batch, time positions, vocab."""
+memorizes (practice P1: "visibly move from spread-out to concentrated"). Axes: b batch, time positions, vocab."""
 
 from __future__ import annotations
 
@@ -62,9 +62,8 @@ class LogitMass(pl.Callback):
         stats = outputs.get("position_stats")
         stats = position_stats(logits, batch["targets"]) if stats is None else stats
         per_example = logit_mass(logits, stats, batch["loss_mask"])  # [stat, b]
-        weights = (
-            batch["loss_mask"].sum(dim=-1).float()
-        )  # the batch figure averages positions, as train/ does
+        # the batch figure averages positions, as train/ does
+        weights = batch["loss_mask"].sum(dim=-1).float()
         overall = (per_example * weights).sum(dim=-1) / weights.sum().clamp_min(1)
         values = torch.cat(
             [overall, per_example[0]] if self.per_example else [overall]

@@ -1,4 +1,4 @@
-"""Proof of re-seeding (brief P3): in overfit mode, a hash of each step's batch and of the random state the
+"""Proof of re-seeding (practice P3): in overfit mode, a hash of each step's batch and of the random state the
 step starts from (right after the Reseed callback, which comes before the probes in the callback list).
 If every step saw the same inputs and the same random numbers, every hash is the same."""
 
@@ -53,10 +53,8 @@ class ReseedProof(pl.Callback):
         step = trainer.global_step
         if not (self.active and trainer.is_global_zero and due(step, self.every)):
             return
-        hashes = (
-            batch_digest(batch),
-            rng_digest(pl_module.device),
-        )  # the host copy this step's logging costs
+        # the host copy this step's logging costs
+        hashes = (batch_digest(batch), rng_digest(pl_module.device))
         self.first = self.first or hashes
         self.identical &= hashes == self.first
         self.sink.add(

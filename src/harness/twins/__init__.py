@@ -1,4 +1,4 @@
-"""Every custom tensor transformation, written twice (brief P5). See `base.Twin`."""
+"""Every custom tensor transformation, written twice (practice P5). See `base.Twin`."""
 
 from harness.twins.attention import CausalAttention
 from harness.twins.base import Twin, max_difference, registered

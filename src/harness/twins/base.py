@@ -1,4 +1,4 @@
-"""The Twin pattern (brief P5): every custom tensor transformation is written twice.
+"""The Twin pattern (practice P5): every custom tensor transformation is written twice.
 
 `loop` indexes element by element and is obviously right: it is the specification. `vectorized` is
 the fast version the model runs. Calling a twin runs one or the other by its `vectorize` flag; the
