@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -294,3 +295,68 @@ def test_ddp_full_mode_trains_and_checkpoints(run_train, tmp_path):
     verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
     assert verdict["status"] == "DONE" and verdict["steps"] == 6 and verdict["val_loss"] is not None, verdict
     assert torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["global_step"] == 6
+
+
+@pytest.mark.slow
+def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
+    """SIGTERM reaches rank 0 only (as `kill <pid>` does): both ranks stop after the same step, rank 0 saves
+    the checkpoint and the INTERRUPTED verdict, and rank 1 is not left waiting in an all-reduce."""
+    from tests.test_faults import _wait_for_steps
+
+    args = [
+        "mode=full",
+        "trainer=ddp",
+        "data.size=64",
+        "data.batch_size=8",
+        "mode.max_steps=100000",
+        "mode.log_every=1",
+        "mode.val_every=1000",
+        "probes=off",
+        "preflight=false",
+        "mode.progress_bar=false",
+    ]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            f"data.root={data_root}",
+            *args,
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_steps(tmp_path / "run/metrics.csv", 5, process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, (out + err)[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "INTERRUPTED" and verdict["steps"] >= 5, verdict
+    assert (
+        torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["global_step"]
+        == verdict["steps"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "rank_zero", "launched"),
+    [
+        ({}, True, False),  # alone
+        ({"LOCAL_RANK": "1", "NODE_RANK": "0"}, False, True),  # a rank Lightning started on this machine
+        ({"NODE_RANK": "1", "WORLD_SIZE": "4"}, False, False),  # machine 1's first process, started by hand
+        ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True, False),  # rank 0 once Lightning set its variables
+        ({"SLURM_PROCID": "2", "LOCAL_RANK": "1"}, False, False),  # SLURM starts every rank itself
+        ({"RANK": "0", "LOCAL_RANK": "0"}, True, False),  # torchrun's rank 0
+    ],
+)
+def test_only_the_first_process_writes(env, rank_zero, launched, monkeypatch):
+    from harness.distributed import global_rank, started_by_lightning
+
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert (global_rank() == 0, started_by_lightning()) == (rank_zero, launched)

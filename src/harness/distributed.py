@@ -19,22 +19,29 @@ from omegaconf import DictConfig
 
 from harness.errors import ConfigError
 
-#: where each launcher puts the global rank: torchrun, SLURM, then Lightning's own launcher (one machine)
-RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+#: where torchrun and SLURM put the global rank
+RANK_VARIABLES = ("RANK", "SLURM_PROCID")
 
 
 def global_rank() -> int:
-    """This process's rank among all processes of the run, known before the Trainer exists (0 when alone)."""
+    """0 for the run's first process (the one that writes), a positive number unique to the process for every
+    other; known before the Trainer exists (0 when alone)."""
     for name in RANK_VARIABLES:
         if name in os.environ:
             return int(os.environ[name])
+    if (
+        "LOCAL_RANK" in os.environ or "NODE_RANK" in os.environ
+    ):  # Lightning's own: a process on machine NODE_RANK
+        node, local = int(os.environ.get("NODE_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+        return local + node * int(os.environ.get("WORLD_SIZE", "1"))  # machine 0's process 0 alone is 0
     return 0
 
 
 def started_by_lightning() -> bool:
     """Whether Lightning's launcher started this process as a rank > 0: it does so only once rank 0 is in
     `Trainer.fit`, that is after rank 0's preflight passed, so this rank need not run it again."""
-    return global_rank() > 0 and "RANK" not in os.environ and "SLURM_PROCID" not in os.environ
+    launched = int(os.environ.get("LOCAL_RANK", "0")) > 0  # it starts the other processes of its machine only
+    return launched and not any(name in os.environ for name in RANK_VARIABLES)
 
 
 def processes(trainer: DictConfig) -> int:
