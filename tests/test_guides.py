@@ -80,6 +80,17 @@ def test_own_model_conf_file(make_config):
     assert verdict["status"] == "PASS" and verdict["model"] == "conv", verdict
 
 
+def test_own_conf_folder_passes_the_command_line_check():
+    """train.py checks every override before anything runs: with hydra.searchpath the guide's conf folder
+    (outside conf/) is looked in there too, and without it the option does not exist."""
+    from harness.cli import check_overrides
+
+    check_overrides([SEARCHPATH, "model=conv", "n=1"], ROOT / "conf")
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(["model=conv", "n=1"], ROOT / "conf")
+    assert stop.value.code == 2
+
+
 @pytest.mark.parametrize(
     ("override", "key"), [("+model.dimension=3", "model.dimension"), ("model.kernel=0", "model")]
 )

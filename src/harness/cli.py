@@ -89,12 +89,14 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             ).hydra.launcher
         except Exception as err:
             _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
+        # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
+        searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
         base = None
         for variant in variants:
             try:
-                cfg = compose(config_name="train", overrides=variant)
+                cfg = compose(config_name="train", overrides=searchpath + variant)
             except Exception as err:
-                base = base or compose(config_name="train")
+                base = base or compose(config_name="train", overrides=searchpath)
                 _die(_explain(err, variant, base), err)
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
                 validate(cfg, devices=not on_cluster(launcher))
