@@ -59,14 +59,12 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
-    def loss_and_metrics(
-        self, batch: dict, logits: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """The loss, its metrics {loss, acc, p_correct} and position_stats of `logits` (default: a forward pass)."""
-        logits = self.model(batch["input_ids"]) if logits is None else logits
+    def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        """The loss of a forward pass of the plain model, and its metrics {loss, acc, p_correct}."""
+        logits = self.model(batch["input_ids"])
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
         stats = position_stats(logits, batch["targets"])
-        return loss, {"loss": loss.detach(), **masked_metrics(stats, batch["loss_mask"])}, stats
+        return loss, {"loss": loss.detach(), **masked_metrics(stats, batch["loss_mask"])}
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
         logits = self.train_forward(batch["input_ids"])
@@ -100,7 +98,7 @@ class HarnessModule(pl.LightningModule):
         return self.trainer._logger_connector.should_update_logs
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        _, metrics, _ = self.loss_and_metrics(batch)
+        _, metrics = self.loss_and_metrics(batch)
         # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
         self.log_dict(
             {f"val/{k}": v for k, v in metrics.items()},

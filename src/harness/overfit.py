@@ -139,6 +139,6 @@ def evaluate(module: pl.LightningModule, batch: dict) -> dict:
     was_training = module.training
     module.eval()
     batch = {k: v.to(module.device) for k, v in batch.items()}
-    _, metrics, _ = module.loss_and_metrics(batch)
+    _, metrics = module.loss_and_metrics(batch)
     module.train(was_training)
     return {k: v.item() for k, v in metrics.items()}
