@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,13 @@ def train(
         f"hydra.sweep.dir={cwd}/sweep",
         *(a for a in args if not a.startswith("-")),
     ]
+    return run_command(*command, cwd=cwd, env=env, timeout=timeout)
+
+
+def run_command(
+    *command: str, cwd: Path, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run `command` to its end with stdin closed, its output kept as text; `env` adds to this environment."""
     return subprocess.run(
         command,
         cwd=cwd,
@@ -83,6 +92,32 @@ def train(
         stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
     )
+
+
+def start_train(*args: str, run_dir: Path, cwd: Path) -> subprocess.Popen:
+    """Start the real `python train.py ARGS` writing to `run_dir`, stdin closed: for a test that signals or kills
+    it part-way (see wait_for_steps)."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={run_dir}"],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_steps(metrics: Path, steps: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Return once `metrics` (a run's metrics.csv) has a training row at step `steps` or later."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        if metrics.exists():
+            with open(metrics) as f:
+                if any(r.get("train/loss") and int(r["step"]) >= steps for r in csv.DictReader(f)):
+                    return
+        time.sleep(0.05)
+    raise TimeoutError(f"no step {steps} in {metrics}")
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ import torch
 from harness.errors import ConfigError
 from harness.run import exit_code, run
 from harness.verdict import read_verdict
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_train, wait_for_steps
 
 FORK = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 FULL = [
@@ -90,16 +89,6 @@ def test_nonfinite_stops_at_its_step_naming_the_module(run_train, tmp_path):
     assert all(torch.isfinite(v).all() for v in kept.values())
 
 
-def _wait_for_steps(metrics, steps: int, process, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        if metrics.exists() and any(int(r["step"]) >= steps for r in _rows(metrics)):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"no step {steps} in {metrics}")
-
-
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_path, data_root, make_config):
     """The real process is signalled mid-run; resuming from its checkpoint (in-process, quicker) ends at the
@@ -110,15 +99,8 @@ def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_pa
         "mode.max_steps=100000",
         "mode.log_every=1",
     ]  # stopped long before
-    first = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={tmp_path}/first"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_for_steps(tmp_path / "first/metrics.csv", 10, first)
+    first = start_train(*args, run_dir=tmp_path / "first", cwd=tmp_path)
+    wait_for_steps(tmp_path / "first/metrics.csv", 10, first)
     first.send_signal(signum)
     out, err = first.communicate(timeout=60)
     assert first.returncode == code, (out + err)[-3000:]
@@ -142,16 +124,9 @@ def test_hard_kill_leaves_the_metrics_logged_until_then(tmp_path, data_root):
         *FULL,
         "mode.max_steps=5000",
         "mode.log_every=1",
-        f"hydra.run.dir={tmp_path}/run",
     ]
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _wait_for_steps(tmp_path / "run/metrics.csv", 25, process)
+    process = start_train(*args, run_dir=tmp_path / "run", cwd=tmp_path)
+    wait_for_steps(tmp_path / "run/metrics.csv", 25, process)
     process.kill()
     process.wait(timeout=30)
     rows = _rows(tmp_path / "run/metrics.csv")

@@ -11,11 +11,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_command as run
 
 ROOT = Path(__file__).resolve().parents[1]
 # read, not written out: after a rename this file must test renaming the new name
@@ -36,20 +37,6 @@ def rename_script():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
-
-
-def run(
-    *command: str, cwd: Path, env: dict | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.cli import check_overrides
-from tests.conftest import train
+from tests.conftest import start_train, train, wait_for_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -301,8 +301,6 @@ def test_ddp_full_mode_trains_and_checkpoints(run_train, tmp_path):
 def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
     """SIGTERM reaches rank 0 only (as `kill <pid>` does): both ranks stop after the same step, rank 0 saves
     the checkpoint and the INTERRUPTED verdict, and rank 1 is not left waiting in an all-reduce."""
-    from tests.test_faults import _wait_for_steps
-
     args = [
         "mode=full",
         "trainer=ddp",
@@ -315,21 +313,8 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
         "preflight=false",
         "mode.progress_bar=false",
     ]
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            f"data.root={data_root}",
-            *args,
-            f"hydra.run.dir={tmp_path}/run",
-        ],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _wait_for_steps(tmp_path / "run/metrics.csv", 5, process)
+    process = start_train(f"data.root={data_root}", *args, run_dir=tmp_path / "run", cwd=tmp_path)
+    wait_for_steps(tmp_path / "run/metrics.csv", 5, process)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 143, (out + err)[-3000:]
