@@ -70,7 +70,7 @@ class NonFiniteGuard(pl.Callback):
         self.batch = batch
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        params = [(n, p) for n, p in self.named or pl_module.named_parameters() if p.grad is not None]
+        params = [(n, p) for n, p in self.named if p.grad is not None]
         if not params:
             return
         norms = torch._foreach_norm([p.grad for _, p in params])

@@ -12,8 +12,8 @@ from harness.twins import MaskedCrossEntropy
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Float[stat, b, time], detached: log p(target), log top-1 mass, argmax == target (0/1) and the log-sum-exp,
-    at every position. One max and one logsumexp over the vocabulary, no softmax: this runs on every logged
-    step, and the logit-mass probe (harness.probes.logits) reads its figures from here instead of a second pass."""
+    at every position. One max and one logsumexp over the vocabulary, no softmax: on every logged step, and on
+    every step the logit-mass probe (harness.probes.logits) logs, which reads its figures from here."""
     with torch.no_grad():
         logits = logits.detach().float()
         top_logit, top = logits.max(dim=-1)
@@ -21,6 +21,14 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         target_logit = logits.gather(-1, targets[..., None])[..., 0]
         correct = (top == targets).float()
         return rearrange([target_logit - lse, top_logit - lse, correct, lse], "stat b time -> stat b time")
+
+
+def step_stats(outputs: dict, batch: dict) -> torch.Tensor:
+    """The training step's position_stats, computed once from the logits it returned and kept in `outputs`:
+    the logit-mass probe and the module's own logging, both at the end of the step, share one pass."""
+    if outputs.get("position_stats") is None:
+        outputs["position_stats"] = position_stats(outputs["logits"], batch["targets"])
+    return outputs["position_stats"]
 
 
 def masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
@@ -70,11 +78,8 @@ class HarnessModule(pl.LightningModule):
         logits = self.train_forward(batch["input_ids"])
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
         self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
-        # the logits, detached, for the logit-mass probe (harness.probes.logits): no second forward pass
-        out = {"loss": loss, "logits": logits.detach()}
-        if self.logs_now():
-            out["position_stats"] = position_stats(logits, batch["targets"])  # the probe reuses them
-        return out
+        # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
+        return {"loss": loss, "logits": logits.detach()}
 
     def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
         # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
@@ -83,9 +88,7 @@ class HarnessModule(pl.LightningModule):
         # it is written, the statistics a pass over the logits.
         if not self.logs_now():
             return
-        stats = outputs.get("position_stats")
-        stats = position_stats(outputs["logits"], batch["targets"]) if stats is None else stats
-        metrics = {"loss": self.last_loss, **masked_metrics(stats, batch["loss_mask"])}
+        metrics = {"loss": self.last_loss, **masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
         self.log_dict(
             {f"train/{k}": v for k, v in metrics.items()},
             on_step=True,

@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 from einops import rearrange
 
-from harness.module import position_stats
+from harness.module import step_stats
 from harness.probes.emit import MetricSink, due, has_tracker, log_image
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,7 @@ class LogitMass(pl.Callback):
                 )
                 self.warned = True
             return
-        stats = outputs.get("position_stats")
-        stats = position_stats(logits, batch["targets"]) if stats is None else stats
-        per_example = logit_mass(logits, stats, batch["loss_mask"])  # [stat, b]
+        per_example = logit_mass(logits, step_stats(outputs, batch), batch["loss_mask"])  # [stat, b]
         # the batch figure averages positions, as train/ does
         weights = batch["loss_mask"].sum(dim=-1).float()
         overall = (per_example * weights).sum(dim=-1) / weights.sum().clamp_min(1)
