@@ -26,13 +26,8 @@ from harness.verdict import write_verdict
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = {
-    "PASS": 0,
-    "DONE": 0,
-    "FAIL": 1,
-    "PREFLIGHT_FAIL": 3,
-    "NONFINITE": 4,
-}  # INTERRUPTED: 128 + signal
+#: a verdict's exit code; INTERRUPTED exits 128 + the signal's number
+EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}
 
 
 def exit_code(verdict: dict) -> int:
@@ -168,20 +163,25 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     # run it (same seed, same data, same decision), so none is left waiting for a rank that stopped
     verdict["checks"] = [] if started_by_lightning() else run_preflight(module, data, cfg)
     verdict["preflight_seconds"] = round(time.perf_counter() - preflight_started, 3)
+
+    def stop(level: int, message: str, **items) -> dict:
+        """End the run before its verdict's usual end: record `items` and the time, write it, say why."""
+        verdict.update(items, seconds=round(time.perf_counter() - started, 3))
+        if first:
+            write_verdict(run_dir, verdict)
+        log.log(level, "%s: verdict %s", message, run_dir / "verdict.json")
+        return verdict
+
     if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
-        verdict.update(
-            status="INTERRUPTED", signal=interrupt.received, seconds=round(time.perf_counter() - started, 3)
+        return stop(
+            logging.WARNING, "INTERRUPTED before training", status="INTERRUPTED", signal=interrupt.received
         )
-        if first:
-            write_verdict(run_dir, verdict)
-        log.warning("INTERRUPTED before training: verdict %s", run_dir / "verdict.json")
-        return verdict
     if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict["checks"]):
-        verdict.update(status="PREFLIGHT_FAIL", seconds=round(time.perf_counter() - started, 3))
-        if first:
-            write_verdict(run_dir, verdict)
-        log.error("preflight FAILED: training not started (preflight=warn reports and goes on)")
-        return verdict
+        return stop(
+            logging.ERROR,
+            "preflight FAILED: training not started (preflight=warn reports and goes on)",
+            status="PREFLIGHT_FAIL",
+        )
 
     seed_all(cfg.seed)  # the checks drew random numbers: training starts from the same state either way
     checkpoints = run_dir / "checkpoints"
@@ -231,13 +231,11 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
         log.error("%s: stopped; the weights are those before that step", stopped)
         verdict.update(status="NONFINITE", nonfinite={"step": stopped.step, "where": stopped.where})
     if stopped is not None:
-        verdict.update(final_loss=last_loss(module), seconds=round(time.perf_counter() - started, 3))
-        if first:
-            write_verdict(run_dir, verdict)
-        log.warning(
-            "%s after %d steps: verdict %s", verdict["status"], verdict["steps"], run_dir / "verdict.json"
+        return stop(
+            logging.WARNING,
+            f"{verdict['status']} after {verdict['steps']} steps",
+            final_loss=last_loss(module),
         )
-        return verdict
     if overfit:
         trainer.save_checkpoint(checkpoints / "last.ckpt")
         final = evaluate(module, batch)
