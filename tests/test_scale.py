@@ -201,6 +201,7 @@ def test_inductor_compile_overfit_passes(run_train, tmp_path):
         (["trainer=ddp", "trainer.devices=4096"], "trainer.devices=4096"),
         (["trainer=ddp", "trainer.num_nodes=2"], "trainer.num_nodes=2"),
         (["-m", "trainer=ddp", "data.length=10,20"], "trainer=ddp"),
+        (["experiment=vanishing_gradients", "trainer=ddp"], "trainer=ddp"),  # a preset that sweeps without -m
         (
             ["-m", "hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4"],
             "hydra.launcher.tasks_per_node=1",
@@ -222,6 +223,7 @@ def test_inductor_compile_overfit_passes(run_train, tmp_path):
         "devices",
         "nodes",
         "local-sweep",
+        "preset-sweep",
         "slurm-tasks",
         "slurm-nodes",
         "slurm-tasks-no-ddp",

@@ -55,6 +55,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from hydra import compose, initialize_config_dir
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
 
     from harness.config import validate
     from harness.distributed import check_launch, on_cluster
@@ -83,15 +84,17 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             variants[0] + [f"{key}={value}"] for value in values[1:]
         ]
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
-        try:
-            launcher = compose(
-                config_name="train", overrides=hydra_overrides, return_hydra_config=True
-            ).hydra.launcher
-        except Exception as err:
-            _die(_explain(err, hydra_overrides, compose(config_name="train")), err)
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
         base = None
+        try:  # the first job's Hydra settings: a preset may choose the launcher and make the run a sweep
+            hydra_cfg = compose(
+                config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
+            ).hydra
+        except Exception as err:
+            base = compose(config_name="train", overrides=searchpath)
+            _die(_explain(err, variants[0] + hydra_overrides, base), err)
+        launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
         for variant in variants:
             try:
                 cfg = compose(config_name="train", overrides=searchpath + variant)
@@ -100,14 +103,11 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
                 _die(_explain(err, variant, base), err)
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
                 validate(cfg, devices=not on_cluster(launcher))
-                check_launch(cfg, launcher, multirun=args.multirun)  # DDP ranks that would never meet
+                check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
             except ConfigError as err:
                 _die(str(err), err)
-        hydra_cfg = compose(
-            config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
-        ).hydra
-        key = "hydra.sweep.dir" if args.multirun else "hydra.run.dir"
-        check_writable(key, str(hydra_cfg.sweep.dir if args.multirun else hydra_cfg.run.dir))
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        check_writable(key, str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
 
 
 def check_writable(key: str, directory: str) -> None:
