@@ -13,13 +13,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
 
+from harness.faults import NonFiniteGuard
+from harness.loggers import build_loggers
+from harness.module import HarnessModule, position_stats
+from harness.probes.emit import MetricSink
+from harness.probes.gradients import LayerNorms, parameter_names
 from harness.probes.plots import UNDERFLOW, grad_by_position_figure, legend_labels
 from harness.probes.position import reach
+from harness.probes.probeset import ProbeSet
 from harness.run import run
 from tests.conftest import ROOT, compose_config
+from tests.fork_models import UnusedParamRNN
 
 STEPS, LENGTH = 12, 16
 TINY = ["preflight=false", f"mode.max_steps={STEPS}", f"data.length={LENGTH}", "model.d_model=16", "n=2"]
@@ -341,3 +351,65 @@ def test_probes_off_logs_none_of_it(tmp_path_factory, data_root):
     assert "train/loss" in header and not any(k.startswith(("grad_norm/", "logit/")) for k in header)
     assert not {"grad_by_position", "dead_params", "inputs_identical"} & set(verdict)
     assert not list(run_dir.glob("*.png")) and not (run_dir / "datapoints.jsonl").exists()
+
+
+class GradRecorder(pl.Callback):
+    """Each step's gradient norms, taken by torch itself, apart from any probe (0 for a missing gradient)."""
+
+    def __init__(self):
+        self.norms: dict[int, dict[str, float]] = {}
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.norms[trainer.global_step] = {
+            name: 0.0 if p.grad is None else p.grad.norm().item() for name, p in parameter_names(pl_module)
+        }
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["norms-shared-with-the-guard", "norms-own"])
+def test_gradient_norms_are_each_parameters_own(tmp_path, guard_first):
+    """The layer probe logs the non-finite guard's gradient norms when the guard ran first, else takes its own:
+    either way each is its own parameter's, a missing gradient (frozen, unused) included as 0."""
+    torch.manual_seed(0)
+    module = HarnessModule(UnusedParamRNN(vocab_size=8, d_model=8))
+    ids = torch.randint(0, 8, (4, 2, 7))
+    batches = [
+        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 6, dtype=torch.bool)}
+        for x in ids
+    ]
+    sink = MetricSink()
+    probes, guard, recorder = (
+        ProbeSet([LayerNorms(sink, every=1, patience=None), sink]),
+        NonFiniteGuard(),
+        GradRecorder(),
+    )
+    trainer = pl.Trainer(
+        max_steps=len(batches),
+        callbacks=[guard, probes, recorder] if guard_first else [probes, guard, recorder],
+        logger=build_loggers(OmegaConf.create({"name": "csv"}), tmp_path),
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+    rows = _rows(tmp_path)
+    assert sorted(recorder.norms) == list(range(len(batches)))
+    for step, expected in recorder.norms.items():
+        logged = {name: _by_step(rows, f"grad_norm/{name}")[step] for name in expected}
+        assert logged == pytest.approx(expected, rel=1e-6), step
+        assert logged["unused"] == 0.0 and logged["head.bias"] == 0.0
+
+
+def test_position_stats_match_a_softmax_written_out():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 7) * torch.tensor([1.0, 4.0, 30.0])[:, None, None]  # calm to confident
+    targets = torch.randint(0, 7, (3, 5))
+    p_target, entropy, top1, correct = position_stats(logits, targets)
+    p = logits.double().softmax(dim=-1)
+    assert p_target.double() == pytest.approx(p.gather(-1, targets[..., None])[..., 0], abs=1e-6)
+    assert entropy.double() == pytest.approx(-(p * p.clamp_min(1e-300).log()).sum(dim=-1), abs=1e-5)
+    assert top1.double() == pytest.approx(p.amax(dim=-1), abs=1e-6)
+    assert torch.equal(correct, (logits.argmax(dim=-1) == targets).float())
+    # a tie for the top is not a correct prediction: a constant output scores nothing
+    flat = position_stats(torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long))
+    assert flat[3].sum() == 0 and flat[1] == pytest.approx(torch.full((2, 3), math.log(5)))

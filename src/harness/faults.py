@@ -62,6 +62,9 @@ class NonFiniteGuard(pl.Callback):
     def __init__(self):
         self.batch = None
         self.named: list[tuple[str, torch.nn.Parameter]] = []
+        # the gradients this step's check read and their norms, until the batch ends: the layer probe
+        # (harness.probes.gradients), which runs after the guard, logs them instead of taking them again
+        self.checked: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.named = list(pl_module.named_parameters())  # once: walking the module tree costs ~0.2 ms a step
@@ -69,11 +72,16 @@ class NonFiniteGuard(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batch = batch
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.checked = ([], [])
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         params = [(n, p) for n, p in self.named if p.grad is not None]
         if not params:
             return
-        norms = torch._foreach_norm([p.grad for _, p in params])
+        grads = [p.grad for _, p in params]
+        norms = torch._foreach_norm(grads)
+        self.checked = (grads, norms)
         if bool(torch.isfinite(torch.stack(norms)).all()):
             return
         module = first_nonfinite_module(pl_module.model, self.batch["input_ids"])

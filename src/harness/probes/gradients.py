@@ -2,7 +2,8 @@
 
 Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
 optimizer is about to use. The gradient and weight norms of every parameter come from one
-`torch._foreach_norm` call, and the step's numbers reach the host in one transfer, on logging steps only.
+`torch._foreach_norm` call (the gradients' are the non-finite guard's, which has just taken them, when the
+harness runs one), and the step's numbers reach the host in one transfer, on logging steps only.
 The sentinel's streak counters live on the device and are updated every step without a sync. (A norm is
 taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to zero under
 flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
@@ -19,6 +20,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from harness.faults import NonFiniteGuard
 from harness.probes.emit import MetricSink, due
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,12 @@ class LayerNorms(pl.Callback):
         self.dead_params: list[str] = []
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
+        self.guard: NonFiniteGuard | None = (
+            None  # the harness's, when it runs one: its gradient norms are reused
+        )
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self.guard = next((cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)), None)
         named = parameter_names(pl_module)
         self.names = [name for name, _ in named]
         self.params = [p for _, p in named]
@@ -88,8 +94,12 @@ class LayerNorms(pl.Callback):
         grads = [p.grad for p in self.params]
         present = [g for g in grads if g is not None]
         logging_now = due(step, self.every)
-        # gradient norms (and, on logging steps, weight norms) of every parameter in one foreach call
-        norms = list(torch._foreach_norm(present + self.params if logging_now else present))
+        checked, checked_norms = self.guard.checked if self.guard is not None else ([], [])
+        if len(checked) == len(present) and all(a is b for a, b in zip(checked, present, strict=True)):
+            # the guard's norms of these very gradients, this step; the weights' on logging steps
+            norms = [*checked_norms, *(torch._foreach_norm(self.params) if logging_now else [])]
+        else:  # gradient norms (and, on logging steps, weight norms) of every parameter in one foreach call
+            norms = list(torch._foreach_norm(present + self.params if logging_now else present))
         if len(present) < len(grads):  # a missing gradient: norm 0, counted, and watched by the sentinel
             found = iter(norms[: len(present)])
             norms[: len(present)] = [self.zero if g is None else next(found) for g in grads]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from einops import rearrange
 
 from harness.module import step_stats
 from harness.probes.emit import MetricSink, due, has_tracker, log_image
@@ -19,17 +18,15 @@ from harness.probes.emit import MetricSink, due, has_tracker, log_image
 log = logging.getLogger(__name__)
 
 
-def logit_mass(logits: torch.Tensor, stats: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Float[stat, b]: p(correct), entropy (nats) and top-1 mass, each averaged over the example's masked
-    positions. `stats`: the step's position_stats (harness.module), which already hold log p(correct), the log
-    top-1 mass and the log-sum-exp; the entropy, lse - E_p[logit], takes the one pass over the vocabulary this
-    adds to a step. Stays on the device."""
-    log_p_correct, log_top1, _, lse = stats
-    probs = (logits.detach().float() - lse[..., None]).exp()
-    entropy = lse - torch.linalg.vecdot(probs, logits.detach().float())
+def logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool) -> torch.Tensor:
+    """Float[3 (+ b)]: p(correct), entropy (nats) and top-1 mass over the batch's masked positions (positions
+    averaged, as train/ does), then, with `per_example`, each example's p(correct), from the step's
+    position_stats (harness.module). Stays on the device."""
     mask = loss_mask.float()
-    per_position = rearrange([log_p_correct.exp(), entropy, log_top1.exp()], "stat b time -> stat b time")
-    return (per_position * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+    sums = (stats[:3] * mask).sum(dim=-1)  # [stat, b]
+    counts = mask.sum(dim=-1)
+    overall = sums.sum(dim=-1) / counts.sum().clamp_min(1)
+    return torch.cat([overall, sums[0] / counts.clamp_min(1)]) if per_example else overall
 
 
 class LogitMass(pl.Callback):
@@ -59,13 +56,7 @@ class LogitMass(pl.Callback):
                 )
                 self.warned = True
             return
-        per_example = logit_mass(logits, step_stats(outputs, batch), batch["loss_mask"])  # [stat, b]
-        # the batch figure averages positions, as train/ does
-        weights = batch["loss_mask"].sum(dim=-1).float()
-        overall = (per_example * weights).sum(dim=-1) / weights.sum().clamp_min(1)
-        values = torch.cat(
-            [overall, per_example[0]] if self.per_example else [overall]
-        ).tolist()  # one transfer
+        values = logit_mass(step_stats(outputs, batch), batch["loss_mask"], self.per_example).tolist()
         metrics = {"logit/p_correct": values[0], "logit/entropy": values[1], "logit/top1": values[2]}
         per_example = values[3:]
         metrics.update({f"logit/p_correct/example_{i}": p for i, p in enumerate(per_example)})
