@@ -1,41 +1,45 @@
 """What the probes cost: the step time of a real Lightning training step with every probe on (their default
 frequencies) over the same step with none, and the same for `wandb.watch(model, log="all", log_freq=10)`.
 
-How: one Trainer per variant (no probes, probes, wandb.watch), each fitting in a thread of its own and parked
-at the start of every batch by a `Gate` callback. `gate.step()` lets exactly one batch through and returns when
-the loop is back at the next batch start, so a call is one whole loop iteration: data fetch, every callback
-hook, forward, backward, optimizer step, logging. Only one thread runs at a time, so `ratio()` can interleave
-the variants in one process as it does for any two functions. A block of `inner` steps is a multiple of every
-probe's period, so each block carries its share of the every-K probes (histograms, datapoints, embeddings,
-gradient by position).
+How: each comparison runs in one Trainer, fitting in a thread of its own and parked at the end of every batch
+by a `Gate` callback. `Bench.run(variant, steps)` switches the variant on (the probes' callback in or out of
+the Trainer's list; wandb.watch on or off the model), then lets `steps` batches through, each a whole loop
+iteration: data fetch, every callback hook, forward, backward, optimizer step, logging. The variants take
+turns every CHUNK steps (see `compare`), so that the machine's slow and fast seconds fall on both, and each
+ratio is the median over repetitions of on/off. Both matter on a shared machine: two identical Trainers there
+differ by up to ±8% (memory placement, each thread's history), and the same Trainer's step time drifts by tens
+of percent over a minute when a neighbour gets busy, while the small model's target is 2%.
 
-Setup: language modelling on random tokens (every position in the loss: the most logit work), CSV logger
-(the default; TensorBoard and wandb add their own writing on top), mode=full's log_every_n_steps=10 for
-Lightning's own metrics, no validation. `probes` is the overfit-mode set (all probes, per-example logit mass
-and the re-seeding hashes included): mode=full runs a subset of it. The details file adds the milliseconds a
-step spends inside the probes' own hooks, a figure the machine's noise moves less than the ratio."""
+Setup: language modelling on random tokens (every position in the loss: the most logit work), the harness's
+own CSV logger (metrics.csv, flushed every logged step) and its always-on callbacks (non-finite guard, resume
+state), mode=full's log_every_n_steps=10 for Lightning's own metrics, no validation. `probes` is the
+overfit-mode set (all probes, per-example logit mass and the re-seeding hashes included): mode=full runs a
+subset of it. The details file adds the milliseconds a step spends inside the probes' own hooks."""
 
 from __future__ import annotations
 
 import os
 import random
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from einops import rearrange
 from omegaconf import OmegaConf
-from pytorch_lightning.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
-from harness.bench import OUT, ratio, write
+from harness.bench import OUT, write
 from harness.data.dataset import CharDataset
 from harness.data.tokenizer import CharTokenizer
+from harness.faults import NonFiniteGuard, ResumeState
+from harness.loggers import build_loggers
 from harness.models import Transformer
-from harness.module import HarnessModule
+from harness.module import HarnessModule, step_stats
 from harness.probes import build_probes
-from harness.probes.watch import WandbWatch
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "probes" / "default.yaml"
 MODELS = {  # the two reference models: (model kwargs, batch size)
@@ -44,8 +48,9 @@ MODELS = {  # the two reference models: (model kwargs, batch size)
 }
 VOCAB = 256
 TARGETS = {"tiny": 1.10, "small": 1.02}  # probes on / off, at most
-INNER = 100  # steps per timed block: a multiple of every default period (1, 10, 50, 100)
-WATCH_INNER = 20  # steps per timed block of wandb.watch (log_freq 10)
+INNER = 100  # steps of each variant per repetition: a multiple of every default period (1, 10, 50, 100)
+WATCH_INNER = 20  # the same for wandb.watch (log_freq 10)
+CHUNK = 10  # steps run in one variant before switching to the other
 HOOKS = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")  # the per-step ones
 
 
@@ -69,13 +74,14 @@ class RandomTokens(pl.LightningDataModule):
 
 
 class Gate(pl.Callback):
-    """Parks the fit loop at every batch start; `step()` lets one batch through and waits for the next start."""
+    """Parks the fit loop at the end of every batch, after the other callbacks' batch end (it comes last);
+    `step()` lets one batch through and waits until the loop is parked again."""
 
     def __init__(self):
         self.go, self.arrived = threading.Semaphore(0), threading.Semaphore(0)
         self.open = False
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.open:
             self.arrived.release()
             self.go.acquire()
@@ -87,7 +93,7 @@ class Gate(pl.Callback):
 
 def timed_hooks(callbacks: list, clock: list[float]) -> list:
     """`callbacks`, each per-step hook wrapped to add the seconds spent in it to clock[0]: the probes' own
-    share of a step, a second figure beside the ratio that the machine's noise moves less."""
+    share of a step, a second figure beside the ratio."""
     for callback in callbacks:
         for hook in HOOKS:
             inner = getattr(callback, hook)
@@ -103,14 +109,19 @@ def timed_hooks(callbacks: list, clock: list[float]) -> list:
     return callbacks
 
 
-class Variant:
-    """A Trainer fitting in its own thread, stepped one batch at a time through its Gate."""
+class Bench:
+    """One Trainer fitting in its own thread, run a block of batches at a time in one variant or another.
 
-    def __init__(self, name: str, model_name: str, callbacks: list, loggers: list, data: RandomTokens):
-        kwargs, _ = MODELS[model_name]  # `data`: its own copy (a Trainer attaches itself to its datamodule)
+    `switches`: variant -> a function that turns the variant on (it gets this Bench). The Trainer starts with
+    `callbacks` (every variant's, so that each sees fit and train start); the first batch is a warm-up."""
+
+    def __init__(self, name: str, model_name: str, callbacks: list, loggers: list, switches: dict):
+        kwargs, batch_size = MODELS[model_name]
         torch.manual_seed(0)
         self.module = HarnessModule(Transformer(vocab_size=VOCAB, **kwargs))
-        self.gate = Gate()
+        self.data = RandomTokens(kwargs["max_len"], batch_size)
+        self.base = [NonFiniteGuard(), ResumeState()]  # what every harness run has
+        self.gate, self.switches, self.current = Gate(), switches, None
         self.trainer = pl.Trainer(
             max_steps=-1,
             max_epochs=-1,
@@ -123,21 +134,28 @@ class Variant:
             accelerator=os.environ.get("BENCH_ACCELERATOR", "cpu"),  # gpu: scripts/gpu_check.sh
             devices=1,
             logger=loggers,
-            callbacks=[*callbacks, self.gate],
+            callbacks=[*self.base, *callbacks, self.gate],
             default_root_dir=OUT / "probes_runs" / model_name / name,
         )
         self.thread = threading.Thread(
-            target=self.trainer.fit, args=(self.module,), kwargs={"datamodule": data}, daemon=True, name=name
+            target=self.trainer.fit, args=(self.module,), kwargs={"datamodule": self.data}, daemon=True
         )
         self.thread.start()
-        self.gate.arrived.acquire()  # parked at the first batch
-        self.steps, self.seconds, self.hook_clock = 0, 0.0, [0.0]
+        self.gate.arrived.acquire()  # parked at the end of the first batch
 
-    def step(self) -> None:
+    def use(self, callbacks: list) -> None:
+        """Run the next batches with `callbacks` besides the harness's own (switched while parked)."""
+        self.trainer.callbacks = [*self.base, *callbacks, self.gate]
+
+    def run(self, variant: str, steps: int) -> float:
+        """Seconds for `steps` batches of `variant`."""
+        if variant != self.current:
+            self.switches[variant](self)
+            self.current = variant
         started = time.perf_counter()
-        self.gate.step()
-        self.seconds += time.perf_counter() - started
-        self.steps += 1
+        for _ in range(steps):
+            self.gate.step()
+        return time.perf_counter() - started
 
     def close(self) -> None:
         self.trainer.should_stop = True
@@ -146,60 +164,120 @@ class Variant:
         self.thread.join()
 
 
-def variants(model_name: str) -> dict[str, Variant]:
-    cfg = OmegaConf.load(CONF)
-    runs = OUT / "probes_runs" / model_name
+def compare(bench: Bench, on: str, off: str, reps: int, inner: int) -> dict:
+    """time(on) / time(off) over `reps` repetitions of `inner` steps each: median, min, max, and the
+    milliseconds a step takes in each.
+
+    A repetition is 2 * `inner` steps starting at a multiple of `inner`, in chunks of CHUNK steps alternating
+    between the variants, the order flipped halfway: each variant gets `inner` steps whose step numbers are
+    spread as a run's are (one in CHUNK a multiple of CHUNK, one in `inner` a multiple of `inner`, ...), so
+    each carries its share of the every-K probes, and the machine's slower and faster seconds fall on both."""
+    chunks = inner // CHUNK
+    bench.run(off, -bench.trainer.global_step % inner)  # to the start of a repetition
+    ratios, seconds = [], {on: 0.0, off: 0.0}
+    for _ in range(reps):
+        times = {on: 0.0, off: 0.0}
+        for chunk in range(2 * chunks):
+            variant = on if (chunk % 2 == 0) == (chunk < chunks) else off
+            times[variant] += bench.run(variant, CHUNK)
+        ratios.append(times[on] / times[off])
+        for variant, t in times.items():
+            seconds[variant] += t
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "reps": reps,
+        "ms_per_step": {v: round(1e3 * t / (reps * inner), 3) for v, t in seconds.items()},
+    }
+
+
+class Floor(pl.Callback):
+    """The least that per-layer gradient and weight norms and the logit statistics (items the probes must do
+    every step) can cost a step: the gradients' norms (the guard's, reused), the weights' in one call, the
+    logits' statistics, one transfer to the host, and nothing logged. What lies between this and no probes,
+    no work on the probes' own code can remove."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.params = list(pl_module.parameters())
+        self.guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.norms = [*self.guard.checked[1], *torch._foreach_norm(self.params)]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        stats = step_stats(outputs, batch)
+        torch.cat([rearrange(self.norms, "param -> param"), stats.mean(dim=(1, 2))]).tolist()
+
+
+def probes_bench(model_name: str, clock: list[float]) -> Bench:
+    """A Trainer with the CSV logger, switching between no probes, every probe (their hooks on `clock`) and
+    the floor."""
+    runs = OUT / "probes_runs" / model_name / "probes"
+    runs.mkdir(parents=True, exist_ok=True)
+    loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
     kwargs, batch_size = MODELS[model_name]
+    probes = build_probes(
+        OmegaConf.load(CONF), run_dir=runs, data=RandomTokens(kwargs["max_len"], batch_size), overfit=True
+    )
+    probes = timed_hooks(probes, clock)
+    floor = Floor()
+    switches: dict[str, Callable] = {
+        "off": lambda b: b.use([]),
+        "probes": lambda b: b.use(probes),
+        "floor": lambda b: b.use([floor]),
+    }
+    return Bench("probes", model_name, [*probes, floor], loggers, switches)
 
-    def data() -> RandomTokens:
-        return RandomTokens(kwargs["max_len"], batch_size)
 
-    def csv(name: str) -> list:
-        return [CSVLogger(save_dir=runs / name, name="", version="")]
-
-    out = {"off": Variant("off", model_name, [], csv("off"), data())}
-    (runs / "probes").mkdir(parents=True, exist_ok=True)
-    own, clock = data(), [0.0]
-    probes = timed_hooks(build_probes(cfg, run_dir=runs / "probes", data=own, overfit=True), clock)
-    out["probes"] = Variant("probes", model_name, probes, csv("probes"), own)
-    out["probes"].hook_clock = clock
+def watch_bench(model_name: str) -> Bench:
+    """A Trainer with the CSV and wandb loggers, switching wandb.watch(log="all", log_freq=10) on and off."""
+    import wandb
     from pytorch_lightning.loggers import WandbLogger
 
-    (runs / "wandb").mkdir(parents=True, exist_ok=True)
-    wandb_logger = WandbLogger(save_dir=str(runs / "wandb"), project="harness-bench", offline=True)
-    out["wandb_watch"] = Variant(
-        "wandb_watch", model_name, [WandbWatch("all", 10)], [*csv("wandb_watch"), wandb_logger], data()
-    )
-    return out
+    runs = OUT / "probes_runs" / model_name / "wandb"
+    runs.mkdir(parents=True, exist_ok=True)
+    loggers = [
+        *build_loggers(OmegaConf.create({"name": "csv"}), runs),
+        WandbLogger(save_dir=str(runs), project="harness-bench", offline=True),
+    ]
+
+    def watch(bench: Bench) -> None:
+        wandb.watch(bench.module.model, log="all", log_freq=10)
+
+    def unwatch(bench: Bench) -> None:
+        if bench.current == "wandb_watch":
+            wandb.unwatch(bench.module.model)
+
+    return Bench("wandb", model_name, [], loggers, {"off": unwatch, "wandb_watch": watch})
 
 
 def measure(model_name: str, reps: int) -> dict:
-    """{variant: ratio() result against no probes} for one reference model, and the mean milliseconds a step
-    takes in each variant and spends inside the probes' per-step hooks."""
-    runs = variants(model_name)
+    """{variant: compare() result against no probes} for one reference model, and the milliseconds a step
+    spends inside the probes' per-step hooks."""
+    clock = [0.0]
+    results = {}
+    bench = probes_bench(model_name, clock)
     try:
-        for variant in runs.values():  # past the one-off costs: first steps, step-0 probes, lazy imports
-            for _ in range(INNER // 5 + 1):
-                variant.step()
-        for variant in runs.values():
-            variant.steps, variant.seconds, variant.hook_clock[0] = 0, 0.0, 0.0
-        off = runs["off"].step
-        results = {
-            "probes": ratio(runs["probes"].step, off, reps=reps, inner=INNER, warmup=0),
-            # blocks of 2 of its logging periods: enough for a per-step cost, and a fifth of the time
-            "wandb_watch": ratio(runs["wandb_watch"].step, off, reps=reps, inner=WATCH_INNER, warmup=0),
-        }
-        results["ms_per_step"] = {name: round(1e3 * v.seconds / v.steps, 3) for name, v in runs.items()}
-        results["probe_hooks_ms_per_step"] = round(
-            1e3 * runs["probes"].hook_clock[0] / runs["probes"].steps, 3
-        )
-        return results
+        bench.run("probes", INNER // 5)  # past the one-off costs: first steps, lazy imports
+        bench.run("off", INNER // 5)
+        clock[0] = 0.0
+        results["probes"] = compare(bench, "probes", "off", reps, INNER)
+        results["probe_hooks_ms_per_step"] = round(1e3 * clock[0] / (reps * INNER), 3)
+        results["floor"] = compare(bench, "floor", "off", max(3, reps // 2), INNER)
     finally:
-        for variant in runs.values():
-            variant.close()
+        bench.close()
+    bench = watch_bench(model_name)
+    try:
+        bench.run("wandb_watch", WATCH_INNER)
+        # blocks of 2 of its logging periods: enough for a per-step cost, and a fifth of the time
+        results["wandb_watch"] = compare(bench, "wandb_watch", "off", reps, WATCH_INNER)
+    finally:
+        bench.close()
         import wandb
 
         wandb.finish()
+    return results
 
 
 def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | None = 1) -> dict:
@@ -225,7 +303,7 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
             "batch_size": MODELS[model_name][1],
             "vocab": VOCAB,
             "probe_hooks_share_of_a_step": round(
-                results["probe_hooks_ms_per_step"] / results["ms_per_step"]["off"], 4
+                results["probe_hooks_ms_per_step"] / results["probes"]["ms_per_step"]["off"], 4
             ),
             **results,
         }
