@@ -11,7 +11,8 @@ import torch
 
 from harness.bench import OUT, machine
 
-#: benchmark modules under harness.bench, each with main() -> {figure: (value, target met?)}
+#: benchmark modules under harness.bench, each with main() -> {figure: (value, target met?)}; None: no target
+VERDICT = {True: ("target met", "yes"), False: ("TARGET MISSED", "NO"), None: ("no target", "")}
 BENCHMARKS = ("twins", "loop", "faults", "startup", "sweep", "probes")
 
 
@@ -29,11 +30,11 @@ def main(names: list[str]) -> int:
             "figures": {f: [value, met] for f, (value, met) in figures.items()},
         }
         for figure, (value, met) in figures.items():
-            print(f"  {figure}: {value} ({'target met' if met else 'TARGET MISSED'})", flush=True)
+            print(f"  {figure}: {value} ({VERDICT[met][0]})", flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(merged, indent=2) + "\n")
     rows = [
-        f"| {name} | {figure} | {value} | {'yes' if met else 'NO'} |"
+        f"| {name} | {figure} | {value} | {VERDICT[met][1]} |"
         for name, entry in merged.items()
         for figure, (value, met) in entry["figures"].items()
     ]

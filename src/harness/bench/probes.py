@@ -210,9 +210,9 @@ class Floor(pl.Callback):
         torch.cat([rearrange(self.norms, "param -> param"), stats.mean(dim=(1, 2))]).tolist()
 
 
-def probes_bench(model_name: str, clock: list[float]) -> Bench:
-    """A Trainer with the CSV logger, switching between no probes, every probe (their hooks on `clock`) and
-    the floor."""
+def probes_bench(model_name: str, clocks: dict[str, list[float]]) -> Bench:
+    """A Trainer with the CSV logger, switching between no probes, every probe and the floor (the hooks of
+    each on its own clock in `clocks`)."""
     runs = OUT / "probes_runs" / model_name / "probes"
     runs.mkdir(parents=True, exist_ok=True)
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
@@ -220,14 +220,14 @@ def probes_bench(model_name: str, clock: list[float]) -> Bench:
     probes = build_probes(
         OmegaConf.load(CONF), run_dir=runs, data=RandomTokens(kwargs["max_len"], batch_size), overfit=True
     )
-    probes = timed_hooks(probes, clock)
-    floor = Floor()
+    probes = timed_hooks(probes, clocks["probes"])
+    floor = timed_hooks([Floor()], clocks["floor"])
     switches: dict[str, Callable] = {
         "off": lambda b: b.use([]),
         "probes": lambda b: b.use(probes),
-        "floor": lambda b: b.use([floor]),
+        "floor": lambda b: b.use(floor),
     }
-    return Bench("probes", model_name, [*probes, floor], loggers, switches)
+    return Bench("probes", model_name, [*probes, *floor], loggers, switches)
 
 
 def watch_bench(model_name: str) -> Bench:
@@ -253,18 +253,21 @@ def watch_bench(model_name: str) -> Bench:
 
 
 def measure(model_name: str, reps: int) -> dict:
-    """{variant: compare() result against no probes} for one reference model, and the milliseconds a step
-    spends inside the probes' per-step hooks."""
-    clock = [0.0]
+    """{variant: compare() result against no probes} for one reference model, with the milliseconds a step
+    spends inside the variant's own hooks and their share of a step without probes (`hooks_share`)."""
+    clocks = {"probes": [0.0], "floor": [0.0]}
     results = {}
-    bench = probes_bench(model_name, clock)
+    bench = probes_bench(model_name, clocks)
     try:
         bench.run("probes", INNER // 5)  # past the one-off costs: first steps, lazy imports
         bench.run("off", INNER // 5)
-        clock[0] = 0.0
-        results["probes"] = compare(bench, "probes", "off", reps, INNER)
-        results["probe_hooks_ms_per_step"] = round(1e3 * clock[0] / (reps * INNER), 3)
-        results["floor"] = compare(bench, "floor", "off", max(3, reps // 2), INNER)
+        for variant, variant_reps in (("probes", reps), ("floor", max(3, reps // 2))):
+            clocks[variant][0] = 0.0
+            result = compare(bench, variant, "off", variant_reps, INNER)
+            hooks_ms = 1e3 * clocks[variant][0] / (variant_reps * INNER)
+            result["hooks_ms_per_step"] = round(hooks_ms, 3)
+            result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 4)
+            results[variant] = result
     finally:
         bench.close()
     bench = watch_bench(model_name)
@@ -291,7 +294,7 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
     os.environ["WANDB_MODE"] = "offline"  # before wandb is imported: no network
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_DIR", str(OUT / "probes_runs"))
-    figures, details = {}, {}
+    figures, details, out = {}, {}, {}
     for model_name in models:
         results = measure(model_name, reps)
         figures[model_name] = {
@@ -302,24 +305,29 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
             "model": MODELS[model_name][0],
             "batch_size": MODELS[model_name][1],
             "vocab": VOCAB,
-            "probe_hooks_share_of_a_step": round(
-                results["probe_hooks_ms_per_step"] / results["probes"]["ms_per_step"]["off"], 4
-            ),
             **results,
         }
+        target = TARGETS[model_name]
+        ratio, hooks = figures[model_name]["probes"], round(1 + results["probes"]["hooks_share"], 3)
+        out[f"{model_name}/probes"] = (ratio, ratio <= target)
+        # the probes' own hooks, as a ratio: a lower bound of their cost that the machine's noise moves less;
+        # the target counts as met only when this is within it too
+        out[f"{model_name}/probe_hooks"] = (hooks, hooks <= target)
+        out[f"{model_name}/floor"] = (round(results["floor"]["median"], 3), None)
+        # no target of its own: it is the one-liner the probes replace, so the probes should cost less
+        out[f"{model_name}/wandb_watch"] = (
+            figures[model_name]["wandb_watch"],
+            figures[model_name]["wandb_watch"] > ratio,
+        )
     write(
         "probes",
         figures,
         {
             "target": {f"{m}/probes": f"<= {t}" for m, t in TARGETS.items()},
-            "steps_per_block": INNER,
+            "steps_per_variant_per_repetition": INNER,
+            "chunk": CHUNK,
             "threads": torch.get_num_threads(),
             "ratios_over_no_probes": details,
         },
     )
-    out = {}
-    for model_name, values in figures.items():
-        out[f"{model_name}/probes"] = (values["probes"], values["probes"] <= TARGETS[model_name])
-        # no target of its own: it is the one-liner the probes replace, so the probes should cost less
-        out[f"{model_name}/wandb_watch"] = (values["wandb_watch"], values["wandb_watch"] > values["probes"])
     return out
