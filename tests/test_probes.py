@@ -24,6 +24,7 @@ from harness.loggers import build_loggers
 from harness.module import HarnessModule, position_stats
 from harness.probes.emit import MetricSink
 from harness.probes.gradients import LayerNorms, parameter_names
+from harness.probes.histograms import summarize
 from harness.probes.plots import UNDERFLOW, grad_by_position_figure, legend_labels
 from harness.probes.position import reach
 from harness.probes.probeset import ProbeSet
@@ -366,9 +367,13 @@ class GradRecorder(pl.Callback):
 
 
 @pytest.mark.parametrize("guard_first", [True, False], ids=["norms-shared-with-the-guard", "norms-own"])
-def test_gradient_norms_are_each_parameters_own(tmp_path, guard_first):
+def test_gradient_norms_are_each_parameters_own(tmp_path, monkeypatch, guard_first):
     """The layer probe logs the non-finite guard's gradient norms when the guard ran first, else takes its own:
     either way each is its own parameter's, a missing gradient (frozen, unused) included as 0."""
+    normed, foreach_norm = [], torch._foreach_norm  # how many tensors each norm call takes
+    monkeypatch.setattr(
+        torch, "_foreach_norm", lambda ts, *a, **k: normed.append(len(ts)) or foreach_norm(ts, *a, **k)
+    )
     torch.manual_seed(0)
     module = HarnessModule(UnusedParamRNN(vocab_size=8, d_model=8))
     ids = torch.randint(0, 8, (4, 2, 7))
@@ -398,6 +403,10 @@ def test_gradient_norms_are_each_parameters_own(tmp_path, guard_first):
         logged = {name: _by_step(rows, f"grad_norm/{name}")[step] for name in expected}
         assert logged == pytest.approx(expected, rel=1e-6), step
         assert logged["unused"] == 0.0 and logged["head.bias"] == 0.0
+    weights = len(list(module.parameters()))
+    grads = weights - 2  # `unused` and the frozen head.bias have none
+    # shared: the guard's gradient norms, then the probe's weight norms; else the probe takes both itself
+    assert normed == ([grads, weights] if guard_first else [grads + weights, grads]) * len(batches)
 
 
 def test_position_stats_match_a_softmax_written_out():
@@ -413,3 +422,24 @@ def test_position_stats_match_a_softmax_written_out():
     # a tie for the top is not a correct prediction: a constant output scores nothing
     flat = position_stats(torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long))
     assert flat[3].sum() == 0 and flat[1] == pytest.approx(torch.full((2, 3), math.log(5)))
+
+
+def test_summary_statistics_keep_their_digits_near_one_and_are_exact_for_constants():
+    """The std of weights near 1 with a small spread (a trained LayerNorm) is where E[x²] - E[x]² cancels."""
+    torch.manual_seed(0)
+    tensors = [
+        1 + 1e-4 * torch.randn(256),
+        torch.ones(64),
+        torch.zeros(8),
+        torch.randn(300),
+        torch.tensor([3.0]),
+    ]
+    rows = summarize(tensors, bins=16)
+    for t, row in zip(tensors, rows, strict=True):
+        x = t.double()
+        std = x.std().item() if t.numel() > 1 else 0.0
+        assert (row[0].item(), row[1].item()) == (t.min().item(), t.max().item())
+        assert row[2].item() == pytest.approx(x.mean().item(), rel=1e-7, abs=1e-12)
+        assert row[3].item() == pytest.approx(std, rel=1e-5) if std else row[3].item() == 0.0
+        assert row[4].item() == pytest.approx((t == 0).double().mean().item())
+        assert row[7:23].sum().item() == t.numel()  # every entry in a bucket, the top one included
