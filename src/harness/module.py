@@ -12,12 +12,14 @@ from harness.twins import MaskedCrossEntropy
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Float[stat, b, time], detached, at every position: p(target), the entropy (nats), the top-1 mass, and
-    whether the target is the one top token (0/1; a tie counts as wrong, so a constant output never scores).
+    whether the target is the one most probable token (0/1; another token of equal probability makes it
+    wrong, so a constant output never scores).
 
-    One softmax and the passes over the vocabulary that read it (two amax, a dot product): on every logged
-    step, and on every step the logit-mass probe (harness.probes.logits) logs. No max or argmax (on the CPU
-    ~10x an amax) and no log-probabilities: the entropy is lse - E_p[logit], with the log-sum-exp from the
-    top logit and its probability (>= 1/vocab, so never log 0); absolute error ~1e-7 x the logits' size."""
+    One softmax and the passes over the vocabulary that read it (three amax, a dot product; a gather and a
+    scatter of one entry a position): on every logged step, and on every step the logit-mass probe
+    (harness.probes.logits) logs. No max or argmax (on the CPU ~10x an amax) and no log-probabilities: the
+    entropy is lse - E_p[logit], with the log-sum-exp from the top logit and its probability (>= 1/vocab, so
+    never log 0); absolute error ~1e-7 x the logits' size."""
     with torch.no_grad():
         logits = logits.detach().float()
         p = logits.softmax(dim=-1)  # a new tensor: ours to overwrite below
