@@ -62,9 +62,8 @@ class LayerNorms(pl.Callback):
         self.dead_params: list[str] = []
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
-        self.guard: NonFiniteGuard | None = (
-            None  # the harness's, when it runs one: its gradient norms are reused
-        )
+        # the harness's non-finite guard, when it runs one: its gradient norms are reused
+        self.guard: NonFiniteGuard | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.guard = next((cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)), None)
