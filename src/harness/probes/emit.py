@@ -36,7 +36,10 @@ class MetricSink(pl.Callback):
         if self.pending and trainer.is_global_zero:
             for step in sorted(self.pending):
                 for logger in trainer.loggers:
-                    logger.log_metrics(self.pending[step], step=step)
+                    if isinstance(logger, TensorBoardLogger):
+                        log_scalars(logger.experiment, self.pending[step], step)
+                    else:
+                        logger.log_metrics(self.pending[step], step=step)
         self.pending = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -74,6 +77,16 @@ def wandb_run(trainer: pl.Trainer):
 def has_tracker(trainer: pl.Trainer) -> bool:
     """Whether a logger that shows histograms and images (TensorBoard, wandb) is active."""
     return any(isinstance(lg, (TensorBoardLogger, WandbLogger)) for lg in trainer.loggers)
+
+
+def log_scalars(writer, metrics: dict[str, float], step: int) -> None:
+    """`metrics` to TensorBoard as one event holding every value. Lightning's logger writes an event a scalar,
+    each through add_scalar's conversions: ~56 µs a scalar, 5.6 ms for a step's ~100 probe scalars, more than
+    a step of the tiny model; one event takes ~0.5 ms. TensorBoard reads the values as scalars all the same."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    values = [Summary.Value(tag=tag, simple_value=value) for tag, value in metrics.items()]
+    writer._get_file_writer().add_summary(Summary(value=values), step)  # SummaryWriter's own file writer
 
 
 def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) -> None:
