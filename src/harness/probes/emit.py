@@ -81,8 +81,9 @@ def has_tracker(trainer: pl.Trainer) -> bool:
 
 def log_scalars(writer, metrics: dict[str, float], step: int) -> None:
     """`metrics` to TensorBoard as one event holding every value. Lightning's logger writes an event a scalar,
-    each through add_scalar's conversions: ~56 µs a scalar, 5.6 ms for a step's ~100 probe scalars, more than
-    a step of the tiny model; one event takes ~0.5 ms. TensorBoard reads the values as scalars all the same."""
+    each through add_scalar's conversions and its own record (TensorBoard checksums every record in pure
+    Python): ~56 µs a scalar, 5.6 ms for a step's ~100 probe scalars, more than a step of the tiny model; one
+    event takes ~0.5 ms. TensorBoard reads the values as scalars all the same."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     values = [Summary.Value(tag=tag, simple_value=value) for tag, value in metrics.items()]
@@ -93,19 +94,25 @@ def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) 
     """`histograms`: tag -> {min, max, num, sum, sum_squares, edges (bins + 1), counts (bins)}, computed on the
     device already: TensorBoard gets them raw (no second pass over the tensor), wandb as np_histogram."""
     writer, run = tensorboard(trainer), wandb_run(trainer)
-    if writer is not None:
-        for tag, h in histograms.items():
-            writer.add_histogram_raw(
-                tag,
-                min=h["min"],
-                max=h["max"],
-                num=h["num"],
-                sum=h["sum"],
-                sum_squares=h["sum_squares"],
-                bucket_limits=h["edges"][1:],
-                bucket_counts=h["counts"],
-                global_step=step,
+    if writer is not None:  # one event for all of them, as log_scalars does: 8.5 ms for 108, not 23
+        from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+
+        values = [
+            Summary.Value(
+                tag=tag,
+                histo=HistogramProto(
+                    min=h["min"],
+                    max=h["max"],
+                    num=h["num"],
+                    sum=h["sum"],
+                    sum_squares=h["sum_squares"],
+                    bucket_limit=h["edges"][1:],
+                    bucket=h["counts"],
+                ),
             )
+            for tag, h in histograms.items()
+        ]
+        writer._get_file_writer().add_summary(Summary(value=values), step)
     if run is not None:
         import wandb
 
