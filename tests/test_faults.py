@@ -89,6 +89,19 @@ def test_nonfinite_stops_at_its_step_naming_the_module(run_train, tmp_path):
     assert all(torch.isfinite(v).all() for v in kept.values())
 
 
+def test_nonfinite_ends_an_overfit_run_with_its_verdict(run_train, tmp_path):
+    result = run_train(
+        "model=rnn",
+        "model._target_=tests.fork_models.ExplodingGRU",
+        "preflight=false",
+        "probes=off",
+        env=FORK,
+    )
+    assert result.returncode == 4, result.stderr[-3000:]
+    verdict = read_verdict(tmp_path / "run")
+    assert verdict["status"] == "NONFINITE" and verdict["mode"] == "overfit", verdict
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_path, data_root, make_config):
     """The real process is signalled mid-run; resuming from its checkpoint (in-process, quicker) ends at the

@@ -189,8 +189,8 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     if overfit:
         batch = data.batch()
         verdict["floor"] = achievable_floor(batch)
-        stop = StopAtTarget(verdict["floor"], cfg.mode.target_loss)
-        callbacks += [stop] + ([Reseed(cfg.seed)] if cfg.mode.reseed else [])
+        target = StopAtTarget(verdict["floor"], cfg.mode.target_loss)
+        callbacks += [target] + ([Reseed(cfg.seed)] if cfg.mode.reseed else [])
     else:
         callbacks += [  # best by validation loss, and last every mode.ckpt_every steps (a hard kill loses less)
             pl.callbacks.ModelCheckpoint(
@@ -240,8 +240,8 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
         trainer.save_checkpoint(checkpoints / "last.ckpt")
         final = evaluate(module, batch)
         verdict.update(
-            status="PASS" if stop.passed else "FAIL",
-            final_loss=stop.last_loss,
+            status="PASS" if target.passed else "FAIL",
+            final_loss=target.last_loss,
             val_loss=final["loss"],
             accuracy=final["acc"],
             p_correct=final["p_correct"],
