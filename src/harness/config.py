@@ -19,12 +19,16 @@ from harness.errors import ConfigError
 MODES = ("overfit", "full")
 
 
-def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> None:
+def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
+    """The value at dotted `key` of `cfg` (itself at `root` of the whole config), a whole number >= `minimum`,
+    or a ConfigError naming the full key with `hint`."""
     value = cfg
     for part in key.split("."):
         value = value[part]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(key, value, f"must be a whole number >= {minimum}; {hint}")
+        name = f"{root}.{key}" if root else key
+        raise ConfigError(name, value, f"must be a whole number >= {minimum}; {hint}")
+    return value
 
 
 def check_compile(value) -> None:
@@ -55,12 +59,14 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     for key in sorted(OmegaConf.missing_keys(cfg)):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
-    _whole(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
-    _whole(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
-    _whole(cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)")
-    _whole(cfg, "mode.max_steps", 1, "mode.max_steps is the step budget (try mode.max_steps=500)")
+    whole_number(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
+    whole_number(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
+    whole_number(
+        cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)"
+    )
+    whole_number(cfg, "mode.max_steps", 1, "mode.max_steps is the step budget (try mode.max_steps=500)")
     if cfg.mode.name == "full":
-        _whole(
+        whole_number(
             cfg,
             "mode.ckpt_every",
             1,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from harness.config import build
+from harness.config import build, whole_number
 from harness.errors import ConfigError
 from harness.probes.by_position import GradByPosition
 from harness.probes.datapoints import Datapoints
@@ -39,11 +39,7 @@ PROBES = ("layers", "dead", "histograms", "logits", "datapoints", "embeddings", 
 
 
 def _whole(cfg: DictConfig, key: str, minimum: int, hint: str) -> int:
-    section, name = key.split(".")
-    value = cfg[section][name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"probes.{key}", value, f"must be a whole number >= {minimum}; {hint}")
-    return value
+    return whole_number(cfg, key, minimum, hint, root="probes")
 
 
 def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl.Callback]:
