@@ -29,9 +29,8 @@ def global_rank() -> int:
     for name in RANK_VARIABLES:
         if name in os.environ:
             return int(os.environ[name])
-    if (
-        "LOCAL_RANK" in os.environ or "NODE_RANK" in os.environ
-    ):  # Lightning's own: a process on machine NODE_RANK
+    # Lightning's own variables: process LOCAL_RANK on machine NODE_RANK
+    if "LOCAL_RANK" in os.environ or "NODE_RANK" in os.environ:
         node, local = int(os.environ.get("NODE_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
         return local + node * int(os.environ.get("WORLD_SIZE", "1"))  # machine 0's process 0 alone is 0
     return 0
