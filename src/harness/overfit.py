@@ -77,15 +77,18 @@ class OverfitData(pl.LightningDataModule):
 
 
 def achievable_floor(batch: dict) -> float:
-    """The lowest mean loss any causal model can reach on `batch`.
+    """The lowest mean loss every correct causal model can reach on `batch`.
 
     Where two masked positions share their whole context (input_ids[:t+1]) but differ in target, no
     model can tell them apart: the best it can do is the empirical distribution of those targets.
+    A context that is one token repeated (`aaaa`) counts as one context whatever its length: a model
+    with relative positions only (RoPE, ALiBi, none) and no start token sees identical values at every
+    key, so every attention average, and the output, is the same at each position of that run.
     The floor is the mean over masked positions of -log p_empirical(target | context)."""
     ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
     counts: dict[tuple, Counter] = defaultdict(Counter)
     positions = [
-        (tuple(row[: t + 1]), targets[b][t])
+        (distinguishable(row[: t + 1]), targets[b][t])
         for b, row in enumerate(ids)
         for t in range(len(row))
         if mask[b][t]
@@ -93,6 +96,11 @@ def achievable_floor(batch: dict) -> float:
     for context, target in positions:
         counts[context][target] += 1
     return sum(-math.log(counts[c][y] / sum(counts[c].values())) for c, y in positions) / len(positions)
+
+
+def distinguishable(context: list[int]) -> tuple:
+    """What any causal model can know of a context: all of it, except the length of a run of one token."""
+    return ("run", context[0]) if len(set(context)) == 1 else tuple(context)
 
 
 class Reseed(pl.Callback):
@@ -134,11 +142,31 @@ class StopAtTarget(pl.Callback):
 
 
 @torch.no_grad()
-def evaluate(module: pl.LightningModule, batch: dict) -> dict:
-    """loss, acc and p_correct of `module` on `batch` in eval mode, as floats."""
+def evaluate(
+    module: pl.LightningModule, batch: dict, training: bool = False, seed: int | None = None
+) -> dict:
+    """loss, acc and p_correct of `module` on `batch`, as floats: in eval mode, or in train mode re-seeded
+    with `seed` first (as an overfit step sees it)."""
     was_training = module.training
-    module.eval()
+    module.train(training)
+    if seed is not None:
+        seed_all(seed)
     batch = {k: v.to(module.device) for k, v in batch.items()}
     _, metrics = module.loss_and_metrics(batch)
     module.train(was_training)
     return {k: v.item() for k, v in metrics.items()}
+
+
+def eval_gap(train: dict, evaluated: dict) -> str | None:
+    """What it means when the n memorized examples score much worse in eval mode than in train mode (None
+    when they do not): accuracy lower by more than 0.1, or a loss more than doubled and 0.1 higher."""
+    worse_acc = evaluated["acc"] < train["acc"] - 0.1
+    worse_loss = evaluated["loss"] > max(2 * train["loss"], train["loss"] + 0.1)
+    if not (worse_acc or worse_loss):
+        return None
+    return (
+        f"in eval mode the same examples score accuracy {evaluated['acc']:.2f} and loss {evaluated['loss']:.4f}, "
+        f"against {train['acc']:.2f} and {train['loss']:.4f} in train mode: they were memorized only with "
+        "what runs in training: dropout too high, a branch that runs only in training or only in eval "
+        "(self.training), or batch statistics (BatchNorm) unlike their running averages"
+    )
