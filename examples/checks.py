@@ -2,7 +2,8 @@
 
 Dropout called as `F.dropout(x, p, training=True)`, or noise added in forward without looking at
 `self.training`, keeps validation and generation random. The built-in `determinism` check re-seeds
-between its two passes, so it cannot see this; two unseeded eval passes can."""
+between its two passes, so it cannot see this; `global_rng` sees it only when the randomness comes from
+the global generators. Two unseeded eval passes see it whatever its source."""
 
 from __future__ import annotations
 

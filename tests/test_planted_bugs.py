@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 import harness.twins
 from harness import checks
 from harness.checks import FAIL, PASS, WARN
+from harness.checks.base import train_pass
 from harness.data import CharTokenizer, SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, Transformer
 from harness.twins import CausalAttention, Twin, max_difference, registered
@@ -45,12 +46,14 @@ CFG = {"seed": 0}
 
 
 class TinyLM(nn.Module):
-    """The bug-free baseline: embedding -> x + causal attention(x) -> head. [b, time] -> [b, time, vocab]."""
+    """The bug-free baseline: token + position embedding -> x + causal attention(x) -> head.
+    [b, time] -> [b, time, vocab]."""
 
     def __init__(self, vocab_size: int, d_model: int = WIDTH):
         super().__init__()
         self.d_model = d_model
         self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(TIME, d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.head = nn.Linear(d_model, vocab_size)
         nn.init.normal_(self.head.weight, std=0.02)  # small logits at init: the loss starts near ln(vocab)
@@ -67,7 +70,8 @@ class TinyLM(nn.Module):
         return torch.einsum("bts,bsd->btd", scores.softmax(dim=-1), v)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.token_embedding(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.token_embedding(input_ids) + self.position_embedding(positions)
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.attend(x)
@@ -192,6 +196,61 @@ class IgnoresInput(TinyLM):
         return self.start.expand(*input_ids.shape, self.d_model)
 
 
+class RollsInputIds(TinyLM):
+    """BUG: forward rolls the ids one step left before embedding them: each position reads its own target."""
+
+    def forward(self, input_ids):
+        return super().forward(input_ids.roll(-1, dims=1))
+
+
+class NoPositions(TinyLM):
+    """BUG: the position embedding is never added: one layer of attention is then blind to word order."""
+
+    def embed(self, input_ids):
+        return self.token_embedding(input_ids) + 0.0 * self.position_embedding.weight.sum()
+
+
+class FrozenHead(TinyLM):
+    """BUG: the output head is frozen: a random projection that never learns."""
+
+    def __init__(self, vocab_size: int, d_model: int = WIDTH):
+        super().__init__(vocab_size, d_model)
+        self.head.weight.requires_grad_(False)
+
+
+class ZeroInitHead(TinyLM):
+    """NOT a bug: a zero-initialized output layer gives every parameter behind it a zero gradient at step 0,
+    by design; one optimizer step later they all learn (as zero-init residual branches, LayerScale at 0)."""
+
+    def __init__(self, vocab_size: int, d_model: int = WIDTH):
+        super().__init__(vocab_size, d_model)
+        nn.init.zeros_(self.head.weight)
+
+
+class ScalesItsHead(TinyLM):
+    """BUG: forward decays a weight in place, under no_grad: every call runs a different model."""
+
+    def readout(self, x):
+        with torch.no_grad():
+            self.head.weight.mul_(0.999)
+        return super().readout(x)
+
+
+class NoisyInEval(TinyLM):
+    """BUG: noise from the global generator, in eval mode too: evaluation is random."""
+
+    def readout(self, x):
+        return super().readout(x + 1e-3 * torch.randn_like(x))
+
+
+class ReseedsInForward(TinyLM):
+    """BUG: forward calls torch.manual_seed: every call draws the same 'random' numbers."""
+
+    def forward(self, input_ids):
+        torch.manual_seed(1234)
+        return super().forward(input_ids)
+
+
 #: (model, check that must FAIL, strings its detail must contain, strings it must not contain)
 MODEL_BUGS = [
     pytest.param(
@@ -218,25 +277,33 @@ MODEL_BUGS = [
     pytest.param(
         SwappedReshape,
         checks.batch_independence,
-        ["example 0", "mixes the batch axis"],
+        ["moves the logits of examples 0, 2", "mixes the batch axis", "between modules", "'head'"],
         [],
         id="reshape-mixes-batch-and-time",
     ),
     pytest.param(
-        BatchMeanAdded, checks.batch_independence, ["example 0", "examples 1, 2, 3"], [], id="mean-over-batch"
+        BatchMeanAdded,
+        checks.batch_independence,
+        ["changing the tokens of examples 1, 3 moves the logits of examples 0, 2"],
+        [],
+        id="mean-over-batch",
     ),
     pytest.param(
         NoCausalMask,
         checks.causality,
-        ["output at position 0", "later inputs at positions 1, 2, 3", f"({TIME - 1} in all)"],
+        [
+            "after position 0",
+            f"input {TIME - 1} moves outputs 0, 1, 2, 3, ... ({TIME - 1} in all)",
+            "no causal mask",
+        ],
         [],
         id="no-causal-mask",
     ),
-    # query 0 sees key 1 and nothing later: the detail names exactly the one leaked position
+    # query t sees key t + 1 and nothing later: the detail names exactly the one leaked position
     pytest.param(
         OffByOneMask,
         checks.causality,
-        ["output at position 0", "later inputs at positions 1:"],
+        ["input 1 moves outputs 0;", f"input {TIME - 1} moves outputs {TIME - 2} (", "off by one"],
         [],
         id="mask-off-by-one",
     ),
@@ -252,6 +319,34 @@ MODEL_BUGS = [
     ),
     pytest.param(EmitsInf, checks.finite, ["module 'blowup'"], [], id="layer-emits-inf"),
     pytest.param(IgnoresInput, checks.input_dependence, ["ignores its input"], [], id="ignores-input"),
+    pytest.param(
+        RollsInputIds,
+        checks.causality,
+        ["each position sees the next input", "token ids 'token_embedding' receives", "before any module"],
+        [],
+        id="ids-rolled-before-the-embedding",
+    ),
+    pytest.param(NoPositions, checks.word_order, ["ignores word order"], [], id="no-position-information"),
+    pytest.param(
+        FrozenHead,
+        checks.gradient_flow,
+        ["frozen", "head.weight (the output head)"],
+        ["qkv"],
+        id="frozen-head",
+    ),
+    pytest.param(
+        ScalesItsHead,
+        checks.determinism,
+        ["forward changes head.weight in place"],
+        ["private"],
+        id="weight-changed-in-forward",
+    ),
+    pytest.param(
+        NoisyInEval, checks.global_rng, ["eval-mode forward draws from the global RNG"], [], id="rng-in-eval"
+    ),
+    pytest.param(
+        ReseedsInForward, checks.global_rng, ["re-seeds the global RNG"], [], id="reseeds-in-forward"
+    ),
 ]
 
 
@@ -297,6 +392,39 @@ def test_check_catches_planted_model_bug(model_cls, check, named, not_named, lm_
         assert piece in result.detail, f"{piece!r} not named in: {result.detail}"
     for piece in not_named:
         assert piece not in result.detail, f"{piece!r} wrongly named in: {result.detail}"
+
+
+def test_zero_initialized_output_is_no_blocked_path(lm_batch):
+    """The control of zero-gradient: an exactly zero gradient that one optimizer step wakes is by design."""
+    model = build(ZeroInitHead, VOCAB)
+    grads = train_pass(model, lm_batch, seed=0).grads
+    assert not grads["qkv.weight"].any() and not grads["token_embedding.weight"].any(), "no zero gradient"
+    result = checks.gradient_flow(model, lm_batch, CFG)
+    assert result.status == PASS and "only after one step" in result.detail, result
+    assert not model.head.weight.any(), "the step was taken on the model itself, not on a copy"
+
+
+@pytest.mark.parametrize("check", checks.MODEL_CHECKS, ids=lambda c: c.__name__)
+def test_zero_initialized_output_passes_every_check(check, lm_batch):
+    """A zero-initialized output head (as some GPT recipes do) makes the logits ignore the input at step 0:
+    the checks that compare logits judge the model after one optimizer step instead."""
+    result = check(build(ZeroInitHead, VOCAB), lm_batch, CFG)
+    assert result.status == PASS, result
+
+
+def test_frozen_tensor_the_loss_does_not_need_is_a_warning(lm_batch):
+    model = build(TinyLM, VOCAB)
+    model.qkv.bias.requires_grad_(False)
+    result = checks.gradient_flow(model, lm_batch, CFG)
+    assert result.status == WARN and "1 frozen" in result.detail and "qkv.bias" in result.detail, result
+
+
+def test_checks_comparing_two_passes_do_not_blame_a_weight_changed_in_forward(lm_batch):
+    """A model that changes its weights in forward is determinism's finding; the leak checks say they
+    could not judge instead of reporting a leak."""
+    for check in (checks.causality, checks.batch_independence, checks.word_order, checks.input_dependence):
+        result = check(build(ScalesItsHead, VOCAB), lm_batch, CFG)
+        assert result.status == WARN and "head.weight in place" in result.detail, result
 
 
 def test_determinism_accepts_randomness_that_seeding_reaches(lm_batch):
@@ -518,10 +646,13 @@ def test_twins_check_names_the_twin_that_disagrees():
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("check", [checks.batch_independence, checks.causality], ids=lambda c: c.__name__)
-def test_model_that_never_calls_token_embedding(check, lm_batch):
-    result = check(build(IgnoresInput, VOCAB), lm_batch, CFG)
-    assert result.status in (FAIL, WARN) and "token_embedding" in result.detail, result
+def test_model_that_ignores_its_input_is_no_leak(lm_batch):
+    """Nothing moves: the leak checks cannot judge and say so (a WARN pointing at input_dependence, which
+    FAILs)."""
+    model = build(IgnoresInput, VOCAB)
+    for check in (checks.causality, checks.batch_independence):
+        result = check(model, lm_batch, CFG)
+        assert result.status == WARN and "input_dependence" in result.detail, result
 
 
 def test_twin_whose_vectorized_version_returns_nan():
@@ -710,3 +841,35 @@ def test_loop_version_warns_once_and_vectorized_never(cls, caplog):
 def test_harness_twins_exports_every_builtin_twin():
     exported = {getattr(harness.twins, name) for name in harness.twins.__all__}
     assert {cls for cls in TWINS if cls.__module__.startswith("harness.")} <= exported
+
+
+class CountsCalls(TinyLM):
+    """TinyLM, counting its forward passes."""
+
+    def __init__(self, vocab_size: int, d_model: int = WIDTH):
+        super().__init__(vocab_size, d_model)
+        self.calls = 0
+
+    def forward(self, input_ids):
+        self.calls += 1
+        return super().forward(input_ids)
+
+
+def test_checks_share_their_passes_over_a_sample_batch(lm_batch):
+    """On the preflight's batch (a SampleBatch) the seeded train-mode pass and the eval pass run once for all
+    the checks that read them: fewer forward passes than on a plain dict, where each check runs its own."""
+    counts = {}
+    for kind, batch in (("plain", dict(lm_batch)), ("sample", checks.base.SampleBatch(lm_batch))):
+        model = build(CountsCalls, VOCAB)
+        results = [check(model, batch, CFG) for check in checks.MODEL_CHECKS]
+        assert all(r.status == PASS for r in results), results
+        counts[kind] = model.calls
+    # gradient_flow, determinism, finite and the four leak checks share one train pass; init_loss and
+    # global_rng one eval pass
+    assert counts["plain"] - counts["sample"] == 7, counts
+
+
+def test_a_sample_batch_never_serves_one_model_the_passes_of_another(lm_batch):
+    batch = checks.base.SampleBatch(lm_batch)
+    assert checks.finite(build(TinyLM, VOCAB), batch, CFG).status == PASS
+    assert checks.finite(build(EmitsInf, VOCAB), batch, CFG).status == FAIL

@@ -4,17 +4,20 @@ They need only the contracts of docs/contracts.md, so a fork's own model or data
 `harness.checks.preflight` runs them through pytest before training (see preflight_tests.py)."""
 
 from harness.checks.base import FAIL, PASS, WARN, CheckResult, sample_batch
-from harness.checks.behaviour import determinism, init_loss, input_dependence, twins
+from harness.checks.behaviour import determinism, global_rng, init_loss, twins
 from harness.checks.data import data_roundtrip, static_batches
-from harness.checks.gradients import batch_independence, causality, finite, gradient_flow
+from harness.checks.gradients import finite, gradient_flow
+from harness.checks.leaks import batch_independence, causality, input_dependence, word_order
 
 #: every built-in check, in the order the preflight table shows them
 MODEL_CHECKS = (
     gradient_flow,
     batch_independence,
     causality,
+    word_order,
     init_loss,
     determinism,
+    global_rng,
     finite,
     input_dependence,
 )
@@ -32,10 +35,12 @@ __all__ = [
     "data_roundtrip",
     "determinism",
     "finite",
+    "global_rng",
     "gradient_flow",
     "init_loss",
     "input_dependence",
     "sample_batch",
     "static_batches",
     "twins",
+    "word_order",
 ]

@@ -1,14 +1,18 @@
-"""What every check shares: its result type, a sample batch, and the hooks that reach a model from outside."""
+"""What every check shares: its result type, a sample batch and the passes over it that several checks
+read (one seeded forward/backward serves gradient_flow, determinism, finite and the leak checks)."""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 from torch.utils.data import default_collate
 
+from harness.seeding import seed_all
 from harness.twins import MaskedCrossEntropy
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -28,31 +32,86 @@ def masked_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
     return MaskedCrossEntropy(vectorize=True)(logits, batch["targets"], batch["loss_mask"])
 
 
-def sample_batch(dataset, size: int = 4) -> dict:
+class SampleBatch(dict):
+    """A Batch that keeps the passes checks share over it (see `shared`). Any dict Batch works as well:
+    then each check runs its own passes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passes: dict = {}
+
+
+def sample_batch(dataset, size: int = 4) -> SampleBatch:
     """The first `size` examples of `dataset`, collated into a Batch."""
-    return default_collate([dataset[i] for i in range(min(size, len(dataset)))])
+    return SampleBatch(default_collate([dataset[i] for i in range(min(size, len(dataset)))]))
+
+
+def shared(batch: dict, key: tuple, model: nn.Module, compute: Callable):
+    """`compute()`, once per `key` and model for a SampleBatch, every time for a plain dict."""
+    passes = getattr(batch, "passes", None)
+    if passes is None:
+        return compute()
+    owner, value = passes.get(key, (None, None))
+    if owner is None or owner() is not model:  # a model of the same id, after the first was freed: recompute
+        value = compute()
+        passes[key] = (weakref.ref(model), value)
+    return value
+
+
+@dataclass
+class TrainPass:
+    """What one seeded train-mode forward/backward over a batch found."""
+
+    logits: torch.Tensor  # detached
+    loss: torch.Tensor  # detached
+    grads: dict[str, torch.Tensor | None]  # every trainable parameter's gradient (None: it got none)
+    head: str | None  # the module that produced the logits: the last leaf module whose output has their shape
+    changed: list[str] = field(default_factory=list)  # parameters the forward changed in place
+
+
+def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
+    """Seed, then one forward/backward in train mode, as a training step runs it (leaves no gradient)."""
+    batch = to_device(batch, model)
+    shapes: list[tuple[str, torch.Size]] = []
+
+    def record(name):
+        def hook(module, args, output):
+            if isinstance(output, torch.Tensor):
+                shapes.append((name, output.shape))
+
+        return hook
+
+    leaves = [(name, m) for name, m in model.named_modules() if name and not any(m.children())]
+    handles = [m.register_forward_hook(record(name)) for name, m in leaves]
+    model.zero_grad(set_to_none=True)
+    before = checksums(model)
+    seed_all(seed)
+    try:
+        with mode(model, training=True):
+            logits = model(batch["input_ids"])
+            changed = [name for name, value in checksums(model).items() if value != before[name]]
+            loss = masked_loss(logits, batch)
+            try:
+                loss.backward()
+            except RuntimeError:  # autograd refuses a weight changed in place after its use: no gradients
+                if not changed:
+                    raise
+    finally:
+        for handle in handles:
+            handle.remove()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+    head = next((name for name, shape in reversed(shapes) if shape == logits.shape), None)
+    return TrainPass(logits.detach(), loss.detach(), grads, head, changed)
+
+
+def shared_train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
+    return shared(batch, ("train", seed), model, lambda: train_pass(model, batch, seed))
 
 
 def to_device(batch: dict, model: nn.Module) -> dict:
     device = next(model.parameters()).device
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-@contextmanager
-def embedding_outputs(model: nn.Module):
-    """Collects the output of `model.token_embedding` ([b, time, d]) with its gradient retained,
-    so a check can ask how the loss depends on each example and position."""
-    captured: list[torch.Tensor] = []
-
-    def hook(module, inputs, output):
-        output.retain_grad()
-        captured.append(output)
-
-    handle = model.token_embedding.register_forward_hook(hook)
-    try:
-        yield captured
-    finally:
-        handle.remove()
 
 
 @contextmanager
@@ -64,6 +123,54 @@ def mode(model: nn.Module, training: bool):
         yield model
     finally:
         model.train(was)
+
+
+#: an integer type of each float type's width: a float tensor viewed as integers sums to a bit-level checksum
+BITS = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
+def checksum(x: torch.Tensor) -> int:
+    """A checksum of `x`'s bits: any change of any element changes it (but for changes that cancel out)."""
+    x = x.detach()
+    bits = BITS.get(x.dtype)
+    return int((x.contiguous().view(bits) if bits else x).sum(dtype=torch.int64))
+
+
+def checksums(model: nn.Module) -> dict[str, int]:
+    return {name: checksum(p) for name, p in model.named_parameters()}
+
+
+class WeightsChanged(Exception):
+    """A forward pass changed parameters in place: a check comparing two forward passes cannot judge."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        super().__init__(f"forward changed {shown(names)} in place")
+
+
+class Runner:
+    """Runs a model on input ids as training does (train mode), the same way every time: the same seed
+    before each call, no autograd. Raises WeightsChanged when a call changes a parameter in place (then
+    two calls are two different models; determinism reports it)."""
+
+    def __init__(self, model: nn.Module, seed: int = 0):
+        self.model, self.seed = model, seed
+        self.before = checksums(model)
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+        seed_all(self.seed)
+        with mode(self.model, training=True), torch.no_grad():
+            logits = self.model(input_ids)
+        after = checksums(self.model)
+        changed = [name for name, value in after.items() if value != self.before[name]]
+        if changed:
+            raise WeightsChanged(changed)
+        return logits.float()
 
 
 def shown(values, limit: int = 6) -> str:

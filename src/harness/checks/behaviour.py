@@ -1,14 +1,28 @@
-"""Checks of what a model does at initialization: loss near a uniform guess, repeatable under a seed,
-sensitive to its input; and every twin agreeing with itself."""
+"""Checks of what a model does at initialization: loss near a uniform guess, repeatable under a seed and
+leaving the global random generators alone; and every twin agreeing with itself."""
 
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import torch
 from torch import nn
 
-from harness.checks.base import FAIL, PASS, WARN, CheckResult, masked_loss, mode, to_device
+from harness.checks.base import (
+    FAIL,
+    PASS,
+    WARN,
+    CheckResult,
+    masked_loss,
+    mode,
+    shared,
+    shared_train_pass,
+    shown,
+    to_device,
+    train_pass,
+)
 from harness.seeding import seed_all
 
 
@@ -16,10 +30,8 @@ def init_loss(
     model: nn.Module, batch: dict, cfg=None, warn_at: float = 0.1, fail_at: float = 0.25
 ) -> CheckResult:
     """The loss at initialization is near ln(classes), the loss of a uniform guess over the logits."""
-    batch = to_device(batch, model)
-    with mode(model, training=False), torch.no_grad():
-        logits = model(batch["input_ids"])
-        measured = masked_loss(logits, batch).item()
+    logits = shared_eval_pass(model, batch)[0]
+    measured = masked_loss(logits, to_device(batch, model)).item()
     expected = math.log(logits.shape[-1])
     gap = abs(measured - expected) / expected
     detail = f"expected ~ln({logits.shape[-1]}) = {expected:.3f}, measured {measured:.3f} ({gap:.0%} off)"
@@ -34,32 +46,33 @@ def init_loss(
 
 
 def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """Two forward/backward passes after re-seeding give identical loss and gradients."""
-    batch = to_device(batch, model)
+    """Two forward/backward passes after re-seeding give identical loss and gradients, and leave the
+    parameters as they were."""
     seed = int((cfg or {}).get("seed", 0))
-    runs = []
-    with mode(model, training=True):
-        for _ in range(2):
-            seed_all(seed)
-            model.zero_grad(set_to_none=True)
-            loss = masked_loss(model(batch["input_ids"]), batch)
-            loss.backward()
-            runs.append(
-                (
-                    loss.detach().clone(),
-                    {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
-                )
-            )
-    model.zero_grad(set_to_none=True)
-    (loss_a, grads_a), (loss_b, grads_b) = runs
-    if not torch.equal(loss_a, loss_b):
+    first = shared_train_pass(model, batch, seed)
+    second = train_pass(model, batch, seed) if not first.changed else first
+    changed = first.changed or second.changed
+    if changed:
         return CheckResult(
             "determinism",
             FAIL,
-            f"loss {loss_a.item():.8g} then {loss_b.item():.8g} under the same seed: "
-            "some randomness escapes seeding (a private torch.Generator, or a nondeterministic op)",
+            f"forward changes {shown(changed)} in place (checksum before and after one forward pass "
+            "differ): every pass runs a different model; keep running values in a buffer and leave "
+            "weight updates to the optimizer",
         )
-    differing = [n for n in grads_a if n not in grads_b or not torch.equal(grads_a[n], grads_b[n])]
+    if not torch.equal(first.loss, second.loss):
+        return CheckResult(
+            "determinism",
+            FAIL,
+            f"loss {first.loss.item():.8g} then {second.loss.item():.8g} under the same seed, with the "
+            "weights unchanged: some randomness escapes seeding (a private torch.Generator, or a "
+            "nondeterministic op)",
+        )
+    differing = [
+        n
+        for n, g in first.grads.items()
+        if (g is None) != (second.grads[n] is None) or (g is not None and not torch.equal(g, second.grads[n]))
+    ]
     if differing:
         return CheckResult(
             "determinism",
@@ -70,26 +83,59 @@ def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     return CheckResult("determinism", PASS, "same seed, same loss and gradients, bit for bit")
 
 
-def input_dependence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """The logits change when the inputs change."""
-    batch = to_device(batch, model)
-    ids = batch["input_ids"]
+def rng_states() -> dict:
+    """The state of every global generator seed_all seeds: torch (CPU and CUDA), numpy, Python's random."""
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": repr(np.random.get_state()),
+        "random": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        states["torch.cuda"] = torch.stack(torch.cuda.get_rng_state_all())
+    return states
+
+
+def same(x, y) -> bool:
+    return bool(torch.equal(x, y)) if isinstance(x, torch.Tensor) else x == y
+
+
+def eval_pass(model: nn.Module, batch: dict, seed: int) -> tuple[torch.Tensor, dict, dict]:
+    """Seed, then one eval-mode forward: the logits, and the global generators' states before and after."""
+    ids = to_device(batch, model)["input_ids"]
+    seed_all(seed)
+    start = rng_states()
     with mode(model, training=False), torch.no_grad():
         logits = model(ids)
-        vocab = logits.shape[-1]
-        other = model((ids + 1) % vocab)  # every token replaced by the next one of the vocabulary
-    change = (logits - other).abs().amax().item()
-    scale = logits.abs().amax().item() or 1.0
-    if change <= 1e-6 * scale:
+    return logits, start, rng_states()
+
+
+def shared_eval_pass(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict, dict]:
+    return shared(batch, ("eval", 1), model, lambda: eval_pass(model, batch, 1))
+
+
+def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
+    """An eval-mode forward draws nothing from the global random generators, and does not re-seed them."""
+    _, start, end = shared_eval_pass(model, batch)
+    _, _, other_end = eval_pass(model, batch, 2)
+    reseeded = [name for name in end if same(end[name], other_end[name])]
+    drawn = [name for name in end if not same(start[name], end[name])]
+    if reseeded:
         return CheckResult(
-            "input_dependence",
+            "global_rng",
             FAIL,
-            f"changing every input token moved the logits by {change:.2e}: "
-            "the model ignores its input (a detached or zeroed embedding path?)",
+            f"forward re-seeds the global RNG ({', '.join(reseeded)}): started from two different seeds, it "
+            "ends in the same state, so every call draws the same 'random' numbers whatever the run's seed "
+            "(remove the seeding call from forward)",
         )
-    return CheckResult(
-        "input_dependence", PASS, f"changing the inputs moves the logits by up to {change:.3g}"
-    )
+    if drawn:
+        return CheckResult(
+            "global_rng",
+            FAIL,
+            f"an eval-mode forward draws from the global RNG ({', '.join(drawn)}): evaluation is random and "
+            "shifts every random number drawn after it (a torch.rand*/randn*/randperm or numpy/random call "
+            "outside dropout, or dropout with training=True)",
+        )
+    return CheckResult("global_rng", PASS, "an eval-mode forward leaves the global RNG untouched")
 
 
 def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: float = 1e-4) -> CheckResult:
@@ -114,5 +160,11 @@ def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: f
                 )
             worst = max(worst, (gap, cls.__name__))
     if not found:
-        return CheckResult("twins", WARN, "no twins registered")
-    return CheckResult("twins", PASS, f"{len(found)} twins agree (largest gap {worst[0]:.1e}, {worst[1]})")
+        return CheckResult("twins", WARN, "no twins registered (the harness's own are missing)")
+    names = ", ".join(cls.__name__ for cls in found)
+    return CheckResult(
+        "twins",
+        PASS,
+        f"{len(found)} twins agree (largest gap {worst[0]:.1e}, {worst[1]}): the harness's own and those the "
+        f"fork registers ({names}); this row says nothing about the model itself",
+    )

@@ -14,14 +14,34 @@ from harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+#: parameters below which the checks run on one thread
+SMALL = 5_000_000
+
 
 class PreflightPlugin:
     """Hands this run's objects to the preflight tests as fixtures, and collects their results."""
 
     def __init__(self, model, data, cfg):
         self._model, self._data, self._cfg = model, data, cfg
+        self._batch = None
         self.results: list[CheckResult] = []
         self._recorded: set[str] = set()
+        self._test_of: list[str | None] = []  # the pytest node of each result, None for a file's row
+        self._seconds: dict[str, float] = {}  # set-up, call and tear-down of each node
+
+    def add(self, result: CheckResult, nodeid: str | None) -> None:
+        self.results.append(result)
+        self._test_of.append(nodeid)
+        if nodeid is not None:
+            self._recorded.add(nodeid)
+
+    def rows(self) -> list[dict]:
+        """The results as dicts, each with the seconds its test took (the first test to run a pass over the
+        shared batch takes its time; the checks reading it after are quick)."""
+        return [
+            {**result.as_dict(), "seconds": round(self._seconds.get(nodeid, 0.0), 3)}
+            for result, nodeid in zip(self.results, self._test_of, strict=True)
+        ]
 
     @pytest.fixture
     def model(self):
@@ -37,24 +57,26 @@ class PreflightPlugin:
 
     @pytest.fixture
     def batch(self):
-        # overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1
-        return sample_batch(getattr(self._data, "base", self._data).train_dataset, size=4)
+        # one batch for every check: the passes over it that several checks read are run once (SampleBatch).
+        # Overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1
+        if self._batch is None:
+            self._batch = sample_batch(getattr(self._data, "base", self._data).train_dataset, size=4)
+        return self._batch
 
     @pytest.fixture
     def record(self, request):
         def record(result: CheckResult) -> CheckResult:
-            self.results.append(result)
-            self._recorded.add(request.node.nodeid)
+            self.add(result, request.node.nodeid)
             return result
 
         return record
 
     def pytest_runtest_logreport(self, report):
+        self._seconds[report.nodeid] = self._seconds.get(report.nodeid, 0.0) + report.duration
         # a test that failed or crashed before recording a result still gets a row
         if report.failed and report.nodeid not in self._recorded:
             message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
-            self.results.append(CheckResult(report.nodeid.split("::")[-1], FAIL, message))
-            self._recorded.add(report.nodeid)
+            self.add(CheckResult(report.nodeid.split("::")[-1], FAIL, message), report.nodeid)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector):
@@ -65,14 +87,14 @@ class PreflightPlugin:
             message = (
                 str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "could not be collected"
             )
-            self.results.append(CheckResult(collector.path.name, FAIL, message))
+            self.add(CheckResult(collector.path.name, FAIL, message), None)
         return report
 
 
-def table(results: list[CheckResult]) -> str:
-    width = max((len(r.name) for r in results), default=5)
-    lines = [f"{'check':<{width}}  status  detail"] + [
-        f"{r.name:<{width}}  {r.status:<6}  {r.detail}" for r in results
+def table(rows: list[dict]) -> str:
+    width = max((len(r["name"]) for r in rows), default=5)
+    lines = [f"{'check':<{width}}  status  seconds  detail"] + [
+        f"{r['name']:<{width}}  {r['status']:<6}  {r.get('seconds', 0.0):>7.2f}  {r['detail']}" for r in rows
     ]
     return "\n".join(lines)
 
@@ -102,8 +124,9 @@ def run_preflight(module, data, cfg) -> list[dict]:
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
     was_training, threads = model.training, torch.get_num_threads()
-    # the checks' tensors are tiny: more threads only spin, and on a busy CPU 100x slower
-    torch.set_num_threads(1)
+    # a small model's tensors are tiny: more threads only spin, and on a busy CPU 100x slower
+    if sum(p.numel() for p in model.parameters()) < SMALL:
+        torch.set_num_threads(1)
     try:
         # a file that fails to import is a FAIL row, and the other files' checks still run
         code = pytest.main(
@@ -130,6 +153,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
     if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
         raise KeyboardInterrupt
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):  # the checks did not all run
-        plugin.results.append(CheckResult("preflight", FAIL, f"pytest stopped with {code.name} over {files}"))
-    log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(plugin.results))
-    return [r.as_dict() for r in plugin.results]
+        plugin.add(CheckResult("preflight", FAIL, f"pytest stopped with {code.name} over {files}"), None)
+    rows = plugin.rows()
+    log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(rows))
+    return rows

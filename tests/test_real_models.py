@@ -1,0 +1,450 @@
+"""The preflight can be trusted on real LLM code (tests/real_models.py: Hugging Face architectures built from
+their configs, and MiniGPT, a hand-written nanoGPT-style model).
+
+1. No false alarm: on every correct model (GPT-2, Llama, Qwen2, MiniGPT with learned or rotary positions, the
+   zero-initialized-branch variants, the built-ins), on synthetic and on text data, every model check PASSes:
+   not WARN, not FAIL.
+2. Planted bugs: each realistic bug, planted alone, is stopped by the check meant for it (FAIL; WARN for a
+   frozen non-essential tensor), and the detail names the module or parameter at fault.
+3. (slow) The overfit ladder on real architectures through the real train.py: every job PASSes with a clean
+   preflight. And the verdict of an HF model names its class, and reports an eval-mode gap under heavy dropout.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from harness import checks
+from harness.checks import FAIL, PASS, WARN
+from harness.data import SyntheticDataModule, TextDataModule
+from harness.models import LSTM, RNN, Transformer
+from harness.verdict import read_verdict
+from tests import real_models as rm
+from tests.conftest import train
+
+CFG = {"seed": 0}
+SYNTHETIC_LENGTH, TEXT_LENGTH = 16, 24
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and lose a lot when the cores are busy elsewhere."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    data = SyntheticDataModule(
+        length=SYNTHETIC_LENGTH, size=16, val_size=4, root=str(tmp_path_factory.mktemp("synthetic"))
+    )
+    data.prepare_data()
+    data.setup("fit")
+    return data
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    data = TextDataModule(length=TEXT_LENGTH, root=str(tmp_path_factory.mktemp("text")))
+    data.prepare_data()
+    data.setup("fit")
+    return data
+
+
+def build(make, data) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return make(data.tokenizer.vocab_size, data.length)
+
+
+def run_check(name: str, model, batch) -> checks.CheckResult:
+    """The check called `name` (looked up when run: a missing check fails its own tests alone)."""
+    check = getattr(checks, name, None)
+    assert check is not None, f"harness.checks has no check {name!r}"
+    assert check in checks.MODEL_CHECKS, f"{name} is not in MODEL_CHECKS: the preflight would never run it"
+    return check(model, batch, CFG)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. no false alarm on correct real models
+# ---------------------------------------------------------------------------------------------------------
+
+CORRECT = {  # (vocab_size, length) -> a correct model
+    "hf-gpt2": lambda vocab, length: rm.hf(vocab, "gpt2", length),
+    "hf-llama": lambda vocab, length: rm.hf(vocab, "llama", length),
+    "hf-qwen2": lambda vocab, length: rm.hf(vocab, "qwen2", length),
+    "hf-gpt2-zeroed-c_proj": rm.gpt2_zeroed_c_proj,
+    "minigpt-learned": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, positions="learned"),
+    "minigpt-rope": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, positions="rope"),
+    "minigpt-zero-init-residual": lambda vocab, length: rm.MiniGPT(
+        vocab, max_len=length, zero_init_residual=True
+    ),
+    "minigpt-layerscale": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, layerscale=True),
+    "transformer": lambda vocab, length: Transformer(vocab, max_len=length, d_model=32, layers=2, heads=4),
+    "rnn": lambda vocab, length: RNN(vocab, d_model=32),
+    "lstm": lambda vocab, length: LSTM(vocab, d_model=32),
+}
+
+
+def test_minigpt_meets_the_model_contract(synthetic):
+    """The baseline every MiniGPT bug is planted in: the contract's shapes and attribute, and it learns."""
+    for positions in rm.POSITIONS:
+        model = build(lambda v, n, p=positions: rm.MiniGPT(v, max_len=n, positions=p), synthetic)
+        assert isinstance(model.token_embedding, torch.nn.Embedding)
+        batch = checks.sample_batch(synthetic.train_dataset, 4)
+        logits = model(batch["input_ids"])
+        assert logits.shape == (4, SYNTHETIC_LENGTH, synthetic.tokenizer.vocab_size), logits.shape
+        assert logits.dtype == torch.float32
+        # GPT-2 init: the loss at init is close to a uniform guess
+        loss = torch.nn.functional.cross_entropy(logits[:, -1], batch["targets"][:, -1])
+        assert abs(loss.item() - math.log(synthetic.tokenizer.vocab_size)) < 0.1, loss
+    with pytest.raises(ValueError, match="positions"):
+        rm.MiniGPT(10, positions="sinusoidal")
+
+
+@pytest.mark.parametrize("data_name", ["synthetic", "text"])
+@pytest.mark.parametrize("model_name", list(CORRECT))
+def test_no_false_alarm_on_real_models(model_name, data_name, request):
+    """Every model check, run in the preflight's order on one model as the preflight does, PASSes."""
+    data = request.getfixturevalue(data_name)
+    model = build(CORRECT[model_name], data)
+    batch = checks.sample_batch(data.train_dataset, 4)
+    results = [check(model, batch, CFG) for check in checks.MODEL_CHECKS]
+    assert len(results) == len(checks.MODEL_CHECKS) >= 9
+    alarms = [f"{r.name} {r.status}: {r.detail}" for r in results if r.status != PASS]
+    assert not alarms, f"{model_name} on {data_name}:\n" + "\n".join(alarms)
+
+
+def test_every_model_check_is_in_the_preflight_in_order():
+    names = [check.__name__ for check in checks.MODEL_CHECKS]
+    assert names == [
+        "gradient_flow",
+        "batch_independence",
+        "causality",
+        "word_order",
+        "init_loss",
+        "determinism",
+        "global_rng",
+        "finite",
+        "input_dependence",
+    ], names
+
+
+def test_twins_check_says_it_covers_the_harness_twins():
+    result = checks.twins()
+    assert result.status == PASS and "harness" in result.detail, result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. planted bugs in real models
+# ---------------------------------------------------------------------------------------------------------
+
+
+def minigpt(cls, **kwargs):
+    return lambda vocab, length: cls(vocab, max_len=length, **kwargs)
+
+
+def hf_bug(cls, arch):
+    return lambda vocab, length: cls(vocab, arch=arch, max_len=length, d_model=32, layers=2, heads=4)
+
+
+#: (model builder, check, status, strings the detail must contain, strings it must not contain)
+BUGS = [
+    pytest.param(
+        hf_bug(rm.RollInputs, "llama"),
+        "causality",
+        FAIL,
+        ["input_ids"],  # the leak is in forward's own code, before any module
+        ["layers.0.self_attn", "layers.1.self_attn"],
+        id="hf-llama-rolls-input_ids-by-one",
+    ),
+    pytest.param(
+        hf_bug(rm.SecondEmbedding, "gpt2"),
+        "causality",
+        FAIL,
+        ["next_embedding"],
+        ["transformer.h."],
+        id="hf-gpt2-second-embedding-of-the-next-token",
+    ),
+    pytest.param(
+        hf_bug(rm.BatchRollInputs, "llama"),
+        "batch_independence",
+        FAIL,
+        ["input_ids"],
+        ["layers.0.self_attn", "layers.1.self_attn"],
+        id="hf-llama-input_ids-mixed-across-the-batch",
+    ),
+    pytest.param(
+        rm.frozen_head,
+        "gradient_flow",
+        FAIL,
+        ["frozen", "lm.lm_head.weight"],
+        [],
+        id="hf-llama-frozen-lm_head",
+    ),
+    pytest.param(
+        rm.frozen_embedding,
+        "gradient_flow",
+        FAIL,
+        ["frozen", "lm.model.embed_tokens.weight"],
+        ["lm.lm_head"],
+        id="hf-llama-frozen-token-embedding",
+    ),
+    pytest.param(
+        rm.frozen_norm,
+        "gradient_flow",
+        WARN,  # suspicious, not fatal: the model can still learn
+        [rm.FROZEN_NORM],
+        ["lm.lm_head", "embed_tokens"],
+        id="hf-llama-frozen-rmsnorm-gain-warns",
+    ),
+    pytest.param(
+        minigpt(rm.BlockedMLP),
+        "gradient_flow",
+        FAIL,
+        ["blocks.0.mlp."],
+        ["attn."],
+        id="minigpt-mlp-branch-times-zero",
+    ),
+    pytest.param(
+        minigpt(rm.SoftmaxWrongAxis),
+        "causality",
+        FAIL,
+        ["blocks.0.attn"],
+        ["input_ids"],
+        id="minigpt-softmax-over-queries",
+    ),
+    pytest.param(
+        minigpt(rm.HeadsNoTranspose),
+        "causality",
+        FAIL,
+        ["blocks.0.attn"],
+        ["input_ids"],
+        id="minigpt-head-split-without-transpose",
+    ),
+    pytest.param(
+        minigpt(rm.MergeHeadsNoTranspose),
+        "causality",
+        FAIL,
+        ["blocks.0.attn"],
+        ["input_ids"],
+        id="minigpt-head-merge-without-transpose",
+    ),
+    pytest.param(
+        minigpt(rm.WeightChangedInForward),
+        "determinism",
+        FAIL,
+        ["in place", "head.weight"],
+        [],
+        id="minigpt-forward-decays-a-weight-in-place",
+    ),
+    pytest.param(
+        minigpt(rm.ConsumesRNG),
+        "global_rng",
+        FAIL,
+        ["RNG"],
+        [],
+        id="minigpt-eval-forward-draws-random-numbers",
+    ),
+    pytest.param(minigpt(rm.Reseeds), "global_rng", FAIL, ["RNG"], [], id="minigpt-forward-reseeds-torch"),
+    pytest.param(
+        minigpt(rm.NoPositions1Layer),
+        "word_order",
+        FAIL,
+        ["word order"],
+        [],
+        id="minigpt-1-layer-no-positions",
+    ),
+]
+
+
+#: other checks a bug may also rightly FAIL (by its id); any other row must not FAIL: it would misdirect
+ALSO_MAY_FAIL = {
+    "minigpt-head-split-without-transpose": {"batch_independence"},
+    "minigpt-head-merge-without-transpose": {"batch_independence"},
+}
+
+
+@pytest.mark.parametrize(("make", "check", "status", "named", "not_named"), BUGS)
+def test_planted_bug_is_stopped(make, check, status, named, not_named, synthetic, request):
+    """The check meant for the bug gives `status` and names the fault; run on one model as the preflight
+    runs them, no other check FAILs (one may WARN that it cannot judge)."""
+    model = build(make, synthetic)
+    batch = checks.sample_batch(synthetic.train_dataset, 4)
+    result = run_check(check, model, batch)
+    assert result.name == check, result
+    assert result.status == status, result
+    for name in named:
+        assert name in result.detail, f"{name!r} not in the detail: {result.detail}"
+    for name in not_named:
+        assert name not in result.detail, f"{name!r} wrongly blamed: {result.detail}"
+    model = build(make, synthetic)
+    allowed = {check} | ALSO_MAY_FAIL.get(request.node.callspec.id, set())
+    others = [other(model, batch, CFG) for other in checks.MODEL_CHECKS]
+    misdirected = [f"{r.name}: {r.detail}" for r in others if r.status == FAIL and r.name not in allowed]
+    assert not misdirected, "other rows FAIL too:\n" + "\n".join(misdirected)
+
+
+def test_planted_bugs_are_each_one_change(synthetic):
+    """Each MiniGPT bug is MiniGPT with one class or method swapped: the same parameters, same names and shapes,
+    and before its bug takes effect the same output (so the control, MiniGPT passing, holds for it)."""
+    base = build(minigpt(rm.MiniGPT), synthetic)
+    shapes = {n: p.shape for n, p in base.named_parameters()}
+    for cls in (
+        rm.BlockedMLP,
+        rm.SoftmaxWrongAxis,
+        rm.HeadsNoTranspose,
+        rm.MergeHeadsNoTranspose,
+        rm.WeightChangedInForward,
+        rm.ConsumesRNG,
+        rm.Reseeds,
+    ):
+        bug = build(minigpt(cls), synthetic)
+        assert {n: p.shape for n, p in bug.named_parameters()} == shapes, cls.__name__
+        assert all(torch.equal(p, base.get_parameter(n)) for n, p in bug.named_parameters()), cls.__name__
+        assert cls.__doc__ and "BUG" in cls.__doc__, cls.__name__
+
+
+def test_the_zero_init_variants_really_start_with_closed_branches(synthetic):
+    """What makes them hard: at init, the inner weights of every branch get an exactly zero gradient."""
+    batch = checks.sample_batch(synthetic.train_dataset, 4)
+    for name in ("hf-gpt2-zeroed-c_proj", "minigpt-zero-init-residual", "minigpt-layerscale"):
+        model = build(CORRECT[name], synthetic)
+        logits = model(batch["input_ids"])
+        torch.nn.functional.cross_entropy(logits[:, -1], batch["targets"][:, -1]).backward()
+        zero = [n for n, p in model.named_parameters() if p.grad is not None and not p.grad.any()]
+        assert any("attn" in n for n in zero) and any("mlp" in n for n in zero), (name, zero)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. the overfit ladder and the verdict, through the real train.py (slow)
+# ---------------------------------------------------------------------------------------------------------
+
+QUICK = ("logger=none", "probes=off", "data.length=16", "model.d_model=32")
+
+
+def sweep_verdicts(sweep: Path) -> dict[str, dict]:
+    """Each job's verdict of a finished sweep, keyed by its overrides."""
+    found = {}
+    for job in sorted((d for d in sweep.iterdir() if d.name.isdigit()), key=lambda d: int(d.name)):
+        overrides = OmegaConf.load(job / ".hydra" / "overrides.yaml")
+        key = " ".join(o for o in overrides if o.split("=")[0] in ("model.arch", "n", "data"))
+        assert (job / "verdict.json").exists(), f"job {job.name} ({key}) wrote no verdict.json"
+        found[key] = read_verdict(job)
+    return found
+
+
+def assert_ladder_passes(verdicts: dict[str, dict], jobs: int) -> None:
+    assert len(verdicts) == jobs, sorted(verdicts)
+    problems = []
+    for key, verdict in verdicts.items():
+        if verdict["status"] != PASS:
+            problems.append(f"{key}: {verdict['status']} final_loss {verdict.get('final_loss')}")
+        problems += [
+            f"{key}: {c['name']} {c['status']}: {c['detail']}"
+            for c in verdict["checks"]
+            if c["status"] != PASS
+        ]
+        if not verdict["checks"]:
+            problems.append(f"{key}: no preflight ran")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+def test_overfit_ladder_on_hf_architectures(tmp_path, data_root):
+    """gpt2, llama and qwen2, n = 1, 2, 5, synthetic and text: 18 jobs, every one PASS with a clean preflight."""
+    result = train(
+        "-m",
+        "model=hf",
+        "model.arch=gpt2,llama,qwen2",
+        "n=1,2,5",
+        "data=synthetic,text",
+        *QUICK,
+        cwd=tmp_path,
+        data_root=data_root,
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdicts = sweep_verdicts(tmp_path / "sweep")
+    assert_ladder_passes(verdicts, 18)
+    assert {v["model"] for v in verdicts.values()} == {
+        "GPT2LMHeadModel",
+        "LlamaForCausalLM",
+        "Qwen2ForCausalLM",
+    }
+
+
+@pytest.mark.slow
+def test_overfit_ladder_on_minigpt_with_rope(tmp_path, data_root):
+    """A fork's own model through the transformer's config keys: n = 1, 2, 5, synthetic and text."""
+    result = train(
+        "-m",
+        "model=transformer",
+        "model._target_=tests.real_models.MiniGPT",
+        "+model.positions=rope",
+        "n=1,2,5",
+        "data=synthetic,text",
+        *QUICK,
+        cwd=tmp_path,
+        data_root=data_root,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdicts = sweep_verdicts(tmp_path / "sweep")
+    assert_ladder_passes(verdicts, 6)
+    assert {v["model"] for v in verdicts.values()} == {"MiniGPT"}
+    assert {v["model_group"] for v in verdicts.values()} == {"transformer"}
+
+
+@pytest.mark.slow
+def test_verdict_of_an_hf_model_and_the_eval_gap_under_heavy_dropout(tmp_path, data_root):
+    """model=hf arch=gpt2, n=2: the verdict names the class and the config group, and reports eval-mode
+    numbers; with every dropout at 0.6 training still memorizes (the verdict judges training), and the
+    eval-mode gap on the same examples is reported as a sentence."""
+    result = train(
+        "-m",
+        "mode=overfit",
+        "n=2",
+        "model=hf",
+        "model.arch=gpt2",
+        "model.dropout=0.0,0.6",
+        *QUICK,
+        cwd=tmp_path,
+        data_root=data_root,
+        timeout=200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    plain, dropout = (read_verdict(tmp_path / "sweep" / job) for job in "01")
+    for verdict in (plain, dropout):
+        assert verdict["model"] == "GPT2LMHeadModel" and verdict["model_group"] == "hf", verdict
+        for key in ("eval_loss", "eval_accuracy", "train_accuracy"):
+            assert isinstance(verdict.get(key), float), (key, verdict.get(key))
+        assert verdict["status"] == PASS, verdict  # memorizing 2 examples under a fixed dropout mask
+    assert plain["eval_gap"] is None, plain["eval_gap"]
+    assert plain["eval_accuracy"] == plain["train_accuracy"] == 1.0, plain
+    gap = dropout["eval_gap"]
+    assert isinstance(gap, str) and len(gap) > 20, gap
+    assert dropout["eval_loss"] > dropout["final_loss"], dropout
+
+
+@pytest.mark.slow
+def test_fail_line_labels_the_final_loss_and_the_goal(tmp_path, data_root):
+    """A run stopped long before its goal: the console FAIL line prints the final loss and the goal, labelled."""
+    result = train(
+        "mode.max_steps=2", "n=2", "model=hf", "model.arch=llama", *QUICK, cwd=tmp_path, data_root=data_root
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    verdict = read_verdict(tmp_path / "run")
+    assert verdict["status"] == "FAIL" and verdict["model"] == "LlamaForCausalLM", verdict
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"\bFAIL\b", line)]
+    line = next((line for line in lines if "harness.run" in line), None)
+    assert line is not None, lines
+    assert "goal" in line.lower() and "loss" in line.lower(), line
+    assert f"{verdict['final_loss']:.4f}" in line, (verdict["final_loss"], line)
