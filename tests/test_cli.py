@@ -22,6 +22,11 @@ VERDICT_KEYS = {
     "accuracy",
     "p_correct",
     "checks",
+    "model_group",
+    "eval_loss",
+    "eval_accuracy",
+    "train_accuracy",
+    "eval_gap",
 }
 CHECKS = {
     "data_roundtrip",
@@ -29,8 +34,10 @@ CHECKS = {
     "gradient_flow",
     "batch_independence",
     "causality",
+    "word_order",
     "init_loss",
     "determinism",
+    "global_rng",
     "finite",
     "input_dependence",
     "twins",
@@ -47,6 +54,7 @@ def test_overfit_two_examples_passes(run_train, tmp_path):
     assert verdict["final_loss"] <= verdict["floor"] + 0.02 and verdict["accuracy"] == 1.0
     assert {c["name"] for c in verdict["checks"]} == CHECKS
     assert all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
+    assert all(c["seconds"] >= 0 for c in verdict["checks"]) and sum(c["seconds"] for c in verdict["checks"]) > 0
     assert (run_dir / ".hydra" / "config.yaml").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/acc", "train/p_correct", "val/loss"} <= set(header)

@@ -23,7 +23,7 @@ from harness.cli import check_overrides
 from harness.config import validate
 from harness.data.format import is_whole
 from harness.probes.position import input_grad_by_position, reach
-from harness.report import COLUMNS, collect, write_summary
+from harness.report import COLUMNS, EXTRA, collect, write_summary
 from harness.report import main as report_main
 from harness.run import build
 from harness.seeding import seed_all
@@ -192,7 +192,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     assert list(rows[0])[: len(COLUMNS)] == list(COLUMNS) and {"n", "job", "error"} <= set(rows[0])
     good, bad = sorted(rows, key=lambda r: r["job"])
     assert (good["model"], good["length"], good["rule"], good["steps"]) == (
-        "transformer",
+        "Transformer",
         "12",
         "first_token",
         "3",
@@ -204,7 +204,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     )
     assert (bad["status"], bad["model"], bad["length"], bad["rule"]) == (
         "ERROR",
-        "transformer",
+        "Transformer",
         "12",
         "bogus",
     )
@@ -241,7 +241,7 @@ def test_summary_of_a_job_that_died_without_a_verdict(failing_sweep, tmp_path):
     (sweep / "0" / "verdict.json").unlink()
     rows = {job.row["job"]: job.row for job in collect(sweep)}
     assert (
-        rows["0"]["status"] == "MISSING" and rows["0"]["model"] == "transformer" and rows["0"]["length"] == 12
+        rows["0"]["status"] == "MISSING" and rows["0"]["model"] == "Transformer" and rows["0"]["length"] == 12
     )
     assert "no verdict.json" in rows["0"]["error"] and rows["1"]["status"] == "ERROR"
     write_summary(sweep, plots=False)
@@ -254,7 +254,7 @@ def test_underflow_is_written_as_zero_and_drawn(tmp_path):
     from harness.report import Job, write_csv
 
     def job(length: int, reach_init: float | None) -> Job:
-        row = dict.fromkeys(COLUMNS + ("mode", "n", "data", "seed", "val_loss", "seconds", "job", "error"))
+        row = dict.fromkeys(COLUMNS + EXTRA)
         row.update(model="rnn", length=length, status="DONE", reach_init=reach_init, job=str(length))
         return Job(row=row)
 
@@ -296,7 +296,8 @@ def test_joblib_jobs_run_in_parallel_on_one_fresh_data_root(tmp_path):
     assert "Joblib.Parallel(n_jobs=2" in result.stdout + result.stderr
     verdicts = {d.name: read_verdict(d) for d in sorted(sweep.iterdir()) if (d / "verdict.json").exists()}
     assert sorted(verdicts) == ["0", "1", "2", "3"]
-    assert [verdicts[j]["model"] for j in "01"] == ["rnn", "transformer"]
+    assert [verdicts[j]["model"] for j in "01"] == ["RNN", "Transformer"]
+    assert [verdicts[j]["model_group"] for j in "01"] == ["rnn", "transformer"]
     assert all(verdicts[j]["status"] in ("PASS", "FAIL") for j in "01"), verdicts
     for j in "23":
         assert verdicts[j]["status"] == "ERROR" and verdicts[j]["error"].startswith("data.rule=bogus"), (

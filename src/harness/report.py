@@ -34,7 +34,7 @@ COLUMNS = (
     "reach_init",
     "reach_final",
 )
-EXTRA = ("mode", "n", "data", "seed", "val_loss", "seconds", "job", "error")
+EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "seconds", "job", "error")
 #: the metrics.csv columns of the loss curves (Lightning's CSVLogger, see HarnessModule)
 LOSS, VAL_LOSS = "train/loss", "val/loss"
 PLOTS = ("grad_by_position.png", "reach.png", "loss.png")
@@ -110,7 +110,9 @@ def read_job(job_dir: Path) -> Job:
     mode = _select(cfg, "mode.name") or verdict.get("mode")
     n = (_select(cfg, "n") or verdict.get("n")) if mode == "overfit" else None  # n means nothing in full mode
     row = {
-        "model": _select(hydra, "hydra.runtime.choices.model") or verdict.get("model"),
+        # the model's class (a sweep over model.arch tells its rows apart), else its config's _target_
+        "model": verdict.get("model") or str(_select(cfg, "model._target_") or "").rpartition(".")[2] or None,
+        "model_group": _select(hydra, "hydra.runtime.choices.model") or verdict.get("model_group"),
         "length": _select(cfg, "data.length") or verdict.get("length"),
         "rule": _select(cfg, "data.rule") or verdict.get("rule"),
         "status": verdict.get("status") or "MISSING",

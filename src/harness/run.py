@@ -19,7 +19,7 @@ from harness.errors import ConfigError
 from harness.faults import FinalCheckpoint, Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
-from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, evaluate
+from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, eval_gap, evaluate
 from harness.probes import build_probes
 from harness.seeding import seed_all
 from harness.verdict import write_verdict
@@ -138,7 +138,8 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     verdict = {
         "mode": cfg.mode.name,
         "n": cfg.n if overfit else None,
-        "model": hydra.runtime.choices.get("model"),
+        "model": getattr(model, "architecture", type(model).__name__),  # the class, e.g. LlamaForCausalLM
+        "model_group": hydra.runtime.choices.get("model"),  # the config group's option, e.g. hf
         "data": hydra.runtime.choices.get("data"),
         "length": cfg.data.length,
         "rule": cfg.data.get("rule"),
@@ -239,13 +240,20 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     if overfit:
         trainer.save_checkpoint(checkpoints / "last.ckpt")
         final = evaluate(module, batch)
+        trained = evaluate(module, batch, training=True, seed=cfg.seed)
         verdict.update(
             status="PASS" if target.passed else "FAIL",
             final_loss=target.last_loss,
             val_loss=final["loss"],
             accuracy=final["acc"],
             p_correct=final["p_correct"],
+            eval_loss=final["loss"],  # eval mode, on the same n examples (the same as val_loss here)
+            eval_accuracy=final["acc"],
+            train_accuracy=trained["acc"],  # train mode, re-seeded as a step: the final weights
+            eval_gap=eval_gap(trained, final),
         )
+        if first and verdict["eval_gap"]:
+            log.warning("eval gap: %s", verdict["eval_gap"])
     else:
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         verdict.update(
@@ -269,10 +277,12 @@ def last_loss(module: HarnessModule) -> float | None:
 def summary_line(verdict: dict, cfg: DictConfig) -> str:
     if verdict["mode"] == "full":
         return f"DONE: {verdict['steps']} steps, val loss {verdict['val_loss']}, {verdict['seconds']:.1f} s"
+    goal = verdict["floor"] + cfg.mode.target_loss
     reached = "reached" if verdict["status"] == "PASS" else "did not reach"
     return (
-        f"{verdict['status']}: {verdict['model']} on n={verdict['n']} {verdict['data']} examples {reached} "
-        f"loss {verdict['final_loss']:.4f} (floor {verdict['floor']:.4f} + target {cfg.mode.target_loss}) "
-        f"in {verdict['steps']} steps, {verdict['seconds']:.1f} s; accuracy {verdict['accuracy']:.2f}, "
+        f"{verdict['status']}: {verdict['model']} ({verdict['model_group']}) on n={verdict['n']} "
+        f"{verdict['data']} examples {reached} the goal in {verdict['steps']} steps, {verdict['seconds']:.1f} s: "
+        f"final loss {verdict['final_loss']:.4f}, goal {goal:.4f} (floor {verdict['floor']:.4f} + target "
+        f"{cfg.mode.target_loss}); eval mode: accuracy {verdict['accuracy']:.2f}, "
         f"p(correct) {verdict['p_correct']:.3f}"
     )
