@@ -147,6 +147,7 @@ def test_hard_kill_leaves_the_metrics_logged_until_then(tmp_path, data_root):
     assert (tmp_path / "run/checkpoints/last.ckpt").exists()  # the periodic one, at step 12 or 24
 
 
+@pytest.mark.slow  # ~10-15 s: a whole train.py run under its own conditions
 def test_no_network_no_stdin(tmp_path, data_root):
     """The default run and a wandb run, stdin closed, in an empty network namespace where one exists
     (the whole process tree, wandb's service included, has no network), with every Python-level

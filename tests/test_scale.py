@@ -117,6 +117,7 @@ GRADIENTS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # ~10-15 s: a whole train.py run under its own conditions
 def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
     """Lightning calls on_before_optimizer_step after backward, when DDP's all-reduce has finished: the probe's
     norm is that of the mean gradient over ranks, not of rank 0's own."""

@@ -192,13 +192,13 @@ def write_csv(jobs: list[Job], path: Path) -> Path:
 
 def markdown(jobs: list[Job], title: str) -> str:
     """summary.md: a status line, the table and the plots. The table has the CSV's columns, less those that
-    say nothing: extra columns empty in every row, and mode/n/data/seed when every job has the same value
-    (said once above the table instead)."""
+    say nothing: extra columns empty in every row, and model_group/mode/n/data/seed when every job has the
+    same value (said once above the table instead)."""
     shared, columns = [], list(COLUMNS)
     for key in EXTRA:
         values = {str(job.row[key]) for job in jobs if job.row[key] not in (None, "")}
         if (
-            key in ("mode", "n", "data", "seed")
+            key in ("model_group", "mode", "n", "data", "seed")
             and len(values) == 1
             and all(job.row[key] is not None for job in jobs)
         ):
