@@ -54,7 +54,9 @@ def test_overfit_two_examples_passes(run_train, tmp_path):
     assert verdict["final_loss"] <= verdict["floor"] + 0.02 and verdict["accuracy"] == 1.0
     assert {c["name"] for c in verdict["checks"]} == CHECKS
     assert all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
-    assert all(c["seconds"] >= 0 for c in verdict["checks"]) and sum(c["seconds"] for c in verdict["checks"]) > 0
+    assert (
+        all(c["seconds"] >= 0 for c in verdict["checks"]) and sum(c["seconds"] for c in verdict["checks"]) > 0
+    )
     assert (run_dir / ".hydra" / "config.yaml").exists() and (run_dir / "checkpoints" / "last.ckpt").exists()
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/acc", "train/p_correct", "val/loss"} <= set(header)

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from harness import checks
 from harness.checks import FAIL, PASS, WARN
 from harness.data import SyntheticDataModule, TextDataModule
-from harness.models import LSTM, RNN, Transformer
+from harness.models import LSTM, RNN, HFCausalLM, Transformer
 from harness.verdict import read_verdict
 from tests import real_models as rm
 from tests.conftest import train
@@ -448,3 +448,22 @@ def test_fail_line_labels_the_final_loss_and_the_goal(tmp_path, data_root):
     assert line is not None, lines
     assert "goal" in line.lower() and "loss" in line.lower(), line
     assert f"{verdict['final_loss']:.4f}" in line, (verdict["final_loss"], line)
+
+
+@pytest.mark.parametrize("arch", ["bloom", "gptj", "mixtral"])
+def test_more_hf_families_pass_every_check(arch, synthetic):
+    """ALiBi without SDPA support (bloom: the architecture picks its attention), a rotary width past a small
+    head (gptj: fitted to the head), a mixture of experts (mixtral): built and checked like the others."""
+    model = build(lambda vocab, length: rm.hf(vocab, arch, length), synthetic)
+    batch = checks.sample_batch(synthetic.train_dataset, 4)
+    alarms = [f"{r.name} {r.status}: {r.detail}" for r in (c(model, batch, CFG) for c in checks.MODEL_CHECKS)]
+    assert not [a for a in alarms if " PASS: " not in a], alarms
+
+
+def test_hf_mistakes_are_one_line_config_errors():
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.arch=nonsense: not a transformers model type"):
+        HFCausalLM(10, arch="nonsense")
+    with pytest.raises(ConfigError, match=r"model.config.rope_thetaa=3: llama's config has no such key"):
+        HFCausalLM(10, arch="llama", config={"rope_thetaa": 3})

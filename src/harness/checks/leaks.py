@@ -128,11 +128,12 @@ def leak_pattern(run: Runner, ids, base, scale: float, vocab: int, t: int) -> st
         cause = "each position sees the next input: a mask off by one, or ids shifted by one"
     elif all(hit == list(range(s)) for s, hit in seen.items()):
         cause = (
-            "every earlier position sees a later input: no causal mask, or a normalization over the time "
-            "axis (a softmax over queries instead of keys, statistics over time)"
+            "every earlier position sees a later input: no causal mask, a softmax over queries instead of "
+            "keys, time mixed with heads (a head split or merge without its transpose), or statistics "
+            "over time"
         )
     else:
-        cause = "a scattered pattern: time mixed with another axis (a head or batch reshape without its transpose?)"
+        cause = "a scattered pattern: time mixed with another axis (a head or batch reshape without its transpose)"
     return f"{told} ({cause})"
 
 

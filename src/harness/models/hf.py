@@ -46,6 +46,9 @@ def architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
     ffn = next((key for key in FFN_KEYS if key in known), None)
     if ffn is not None and sizes.get("intermediate_size") is not None:
         values[ffn] = sizes["intermediate_size"]
+    head_dim = sizes["hidden_size"] // sizes["num_attention_heads"]
+    if isinstance(getattr(defaults, "rotary_dim", None), int) and defaults.rotary_dim > head_dim:
+        values["rotary_dim"] = head_dim  # GPT-J, CodeGen: rotary dimensions past a small head do not exist
     return AutoConfig.for_model(arch, **{**values, **extra})
 
 
@@ -64,7 +67,7 @@ class HFCausalLM(nn.Module):
         kv_heads: int | None = None,
         ffn: int | None = None,
         dropout: float = 0.0,
-        attention: str = "sdpa",
+        attention: str | None = None,
         config: dict | None = None,
     ):
         super().__init__()
@@ -80,7 +83,8 @@ class HFCausalLM(nn.Module):
             "intermediate_size": ffn or 4 * d_model,
         }
         hf_config = architecture_config(arch, sizes, dropout, dict(config or {}))
-        self.lm = AutoModelForCausalLM.from_config(hf_config, attn_implementation=attention)
+        chosen = {} if attention is None else {"attn_implementation": attention}  # None: the architecture's own
+        self.lm = AutoModelForCausalLM.from_config(hf_config, **chosen)
         self.architecture = type(self.lm).__name__  # what the verdict names the model by
 
     @property
