@@ -243,6 +243,22 @@ class NoisyInEval(TinyLM):
         return super().readout(x + 1e-3 * torch.randn_like(x))
 
 
+class Jitter(nn.Module):
+    def forward(self, x):
+        return x + 1e-3 * torch.randn_like(x)  # in eval mode too
+
+
+class JitterLayer(TinyLM):
+    """BUG: a layer (attribute `jitter`) adds noise from the global generator in eval mode too."""
+
+    def __init__(self, vocab_size: int, d_model: int = WIDTH):
+        super().__init__(vocab_size, d_model)
+        self.jitter = Jitter()
+
+    def mix(self, x):
+        return self.jitter(super().mix(x))
+
+
 class ReseedsInForward(TinyLM):
     """BUG: forward calls torch.manual_seed: every call draws the same 'random' numbers."""
 

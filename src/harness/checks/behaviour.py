@@ -113,6 +113,37 @@ def shared_eval_pass(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict,
     return shared(batch, ("eval", 1), model, lambda: eval_pass(model, batch, 1))
 
 
+def drawing_module(model: nn.Module, batch: dict) -> str:
+    """Where an eval-mode forward touches the global generators: the innermost module whose call changes
+    their state, or forward's own code."""
+    touched: list[str] = []
+    before: dict[str, dict] = {}
+
+    def pre(name):
+        def hook(module, args):
+            before[name] = rng_states()
+
+        return hook
+
+    def post(name):
+        def hook(module, args, output):
+            end = rng_states()
+            if not touched and any(not same(before[name][k], end[k]) for k in end):
+                touched.append(name)
+
+        return hook
+
+    modules = [(name, m) for name, m in model.named_modules() if name]
+    handles = [m.register_forward_pre_hook(pre(name)) for name, m in modules]
+    handles += [m.register_forward_hook(post(name)) for name, m in modules]
+    try:
+        eval_pass(model, batch, 1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return f"in {touched[0]!r}" if touched else "in forward's own code, outside every module"
+
+
 def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """An eval-mode forward draws nothing from the global random generators, and does not re-seed them."""
     _, start, end = shared_eval_pass(model, batch)
@@ -123,17 +154,18 @@ def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "global_rng",
             FAIL,
-            f"forward re-seeds the global RNG ({', '.join(reseeded)}): started from two different seeds, it "
-            "ends in the same state, so every call draws the same 'random' numbers whatever the run's seed "
-            "(remove the seeding call from forward)",
+            f"forward re-seeds the global RNG ({', '.join(reseeded)}), {drawing_module(model, batch)}: started "
+            "from two different seeds, it ends in the same state, so every call draws the same 'random' "
+            "numbers whatever the run's seed (remove the seeding call from forward)",
         )
     if drawn:
         return CheckResult(
             "global_rng",
             FAIL,
-            f"an eval-mode forward draws from the global RNG ({', '.join(drawn)}): evaluation is random and "
-            "shifts every random number drawn after it (a torch.rand*/randn*/randperm or numpy/random call "
-            "outside dropout, or dropout with training=True)",
+            f"an eval-mode forward draws from the global RNG ({', '.join(drawn)}), "
+            f"{drawing_module(model, batch)}: evaluation is random and shifts every random number drawn after "
+            "it (a torch.rand*/randn*/randperm or numpy/random call outside dropout, or dropout with "
+            "training=True)",
         )
     return CheckResult("global_rng", PASS, "an eval-mode forward leaves the global RNG untouched")
 

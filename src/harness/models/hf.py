@@ -83,7 +83,9 @@ class HFCausalLM(nn.Module):
             "intermediate_size": ffn or 4 * d_model,
         }
         hf_config = architecture_config(arch, sizes, dropout, dict(config or {}))
-        chosen = {} if attention is None else {"attn_implementation": attention}  # None: the architecture's own
+        chosen = (
+            {} if attention is None else {"attn_implementation": attention}
+        )  # None: the architecture's own
         self.lm = AutoModelForCausalLM.from_config(hf_config, **chosen)
         self.architecture = type(self.lm).__name__  # what the verdict names the model by
 
