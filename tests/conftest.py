@@ -34,6 +34,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and two threads stall on a shared two-core machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def data_root(tmp_path_factory) -> Path:
     """One data folder for the session: datasets are generated once and shared, as in real use."""

@@ -366,13 +366,7 @@ MODEL_BUGS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from intra-op threads, and lose a lot when the cores are busy elsewhere."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 
 @pytest.fixture

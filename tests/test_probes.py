@@ -44,13 +44,7 @@ EVERY_5 = [
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models step faster on one thread, and two threads stall on a shared two-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 
 def _run(tmp_path_factory, data_root, name: str, *overrides: str) -> tuple[Path, dict, object]:
