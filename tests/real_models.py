@@ -389,3 +389,40 @@ class NoPositions1Layer(MiniGPT):
 
     def __init__(self, vocab_size: int, **kwargs):
         super().__init__(vocab_size, **{**kwargs, "positions": "none", "layers": 1})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# x-transformers: a third-party decoder behind the Model contract
+# ---------------------------------------------------------------------------------------------------------
+
+
+class XDecoder(nn.Module):
+    """x-transformers' TransformerWrapper(Decoder) as a fork would wrap it: its own init (not GPT-2's),
+    positions by option (`rotary`, `alibi` or `absolute`), `token_embedding` its token embedding."""
+
+    def __init__(
+        self, vocab_size: int, max_len: int = 64, positions: str = "rotary", d_model: int = 32, **kwargs
+    ):
+        super().__init__()
+        from x_transformers import Decoder, TransformerWrapper
+
+        self.net = TransformerWrapper(
+            num_tokens=vocab_size,
+            max_seq_len=max_len,
+            use_abs_pos_emb=positions == "absolute",
+            attn_layers=Decoder(
+                dim=d_model,
+                depth=2,
+                heads=4,
+                rotary_pos_emb=positions == "rotary",
+                alibi_pos_bias=positions == "alibi",
+                **kwargs,
+            ),
+        )
+
+    @property
+    def token_embedding(self) -> nn.Module:
+        return self.net.token_emb.emb
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.net(input_ids)

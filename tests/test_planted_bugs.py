@@ -449,15 +449,52 @@ def test_determinism_accepts_randomness_that_seeding_reaches(lm_batch):
 
 
 def test_measured_init_loss_is_the_real_loss(lm_batch):
-    """init_loss reports the loss it measured, not some other number."""
+    """init_loss reports the losses it measured, not some other numbers: the mean over every class as the
+    target (what it judges) and the loss on the batch's own targets."""
     model = build(HugeOutputScale, VOCAB)
     result = checks.init_loss(model, lm_batch, CFG)
     with torch.no_grad():
-        loss = torch.nn.functional.cross_entropy(
-            model(lm_batch["input_ids"]).flatten(0, 1), lm_batch["targets"].flatten()
-        ).item()
+        logits = model(lm_batch["input_ids"]).flatten(0, 1)
+        loss = torch.nn.functional.cross_entropy(logits, lm_batch["targets"].flatten()).item()
+        every = (
+            torch.stack(
+                [
+                    torch.nn.functional.cross_entropy(
+                        logits, torch.full_like(lm_batch["targets"].flatten(), c)
+                    )
+                    for c in range(VOCAB)
+                ]
+            )
+            .mean()
+            .item()
+        )
     assert loss > 3 * math.log(VOCAB)
-    assert f"measured {loss:.3f}" in result.detail, (loss, result.detail)
+    assert f"measured {every:.3f} over every target" in result.detail, (every, result.detail)
+    assert f"{loss:.3f} on this batch's targets" in result.detail, (loss, result.detail)
+
+
+def test_init_loss_is_not_fooled_by_which_targets_a_few_positions_hold():
+    """Logits of std 0.6 (a common default init) on 4 labelled positions: the loss on those targets
+    scatters by ~10% around ln(vocab) + 0.18; the mean over every target stays within 10% of ln(vocab)."""
+    generator = torch.Generator().manual_seed(0)
+    logits = 0.6 * torch.randn(4, 8, 20, generator=generator)
+    mask = torch.zeros(4, 8, dtype=torch.bool)
+    mask[:, -1] = True
+    targets = logits.argmin(dim=-1)  # the least likely class: the worst case for the batch's own loss
+
+    class Fixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token_embedding = nn.Embedding(20, 1)
+
+        def forward(self, input_ids):
+            return logits + 0 * self.token_embedding(input_ids)
+
+    batch = {"input_ids": torch.zeros(4, 8, dtype=torch.long), "targets": targets, "loss_mask": mask}
+    result = checks.init_loss(Fixed(), batch, CFG)
+    on_targets = torch.nn.functional.cross_entropy(logits[:, -1], targets[:, -1]).item()
+    assert on_targets > 1.1 * math.log(20), on_targets  # the old judgement would have warned
+    assert result.status == PASS, result
 
 
 def test_checks_leave_the_model_as_they_found_it(lm_batch):

@@ -81,6 +81,11 @@ CORRECT = {  # (vocab_size, length) -> a correct model
         vocab, max_len=length, zero_init_residual=True
     ),
     "minigpt-layerscale": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, layerscale=True),
+    "x-transformers-rotary": lambda vocab, length: rm.XDecoder(vocab, max_len=length, positions="rotary"),
+    "x-transformers-alibi": lambda vocab, length: rm.XDecoder(vocab, max_len=length, positions="alibi"),
+    "x-transformers-absolute-glu-dropout": lambda vocab, length: rm.XDecoder(
+        vocab, max_len=length, positions="absolute", ff_glu=True, attn_dropout=0.1, ff_dropout=0.1
+    ),
     "transformer": lambda vocab, length: Transformer(vocab, max_len=length, d_model=32, layers=2, heads=4),
     "rnn": lambda vocab, length: RNN(vocab, d_model=32),
     "lstm": lambda vocab, length: LSTM(vocab, d_model=32),
