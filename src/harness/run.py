@@ -20,7 +20,6 @@ from harness.faults import FinalCheckpoint, Interrupted, NonFinite, NonFiniteGua
 from harness.loggers import build_loggers, finish_loggers
 from harness.module import HarnessModule
 from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, eval_gap, evaluate
-from harness.probes import build_probes
 from harness.seeding import seed_all
 from harness.verdict import write_verdict
 
@@ -102,6 +101,13 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
         ) from None
 
 
+def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl.Callback]:
+    """The callbacks the `probes` config builds (its `_target_`), or none where a fork has no probes."""
+    if cfg.get("probes") is None:
+        return []
+    return build(cfg.probes, "probes", run_dir=run_dir, data=data, overfit=overfit)
+
+
 def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
@@ -156,7 +162,7 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
         "run_dir": str(run_dir),
     }
     # before any work: a bad probe is a config error
-    probes = build_probes(cfg.probes, run_dir=run_dir, data=data, overfit=overfit)
+    probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=overfit)
     from harness.checks.preflight import run_preflight
 
     preflight_started = time.perf_counter()

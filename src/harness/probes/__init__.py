@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.config import build, whole_number
 from harness.errors import ConfigError
@@ -116,6 +116,11 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl
         ProbeSet([*probes, sink]),
         *(_extra(name, node) for name, node in (cfg.get("extra") or {}).items()),
     ]
+
+
+def from_config(run_dir: Path, data, overfit: bool, **sections) -> list[pl.Callback]:
+    """build_probes for the `probes` config node, which names this function as its `_target_`."""
+    return build_probes(OmegaConf.create(sections), run_dir=run_dir, data=data, overfit=overfit)
 
 
 def _extra(name: str, node: DictConfig) -> pl.Callback:
