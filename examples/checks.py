@@ -10,14 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from harness.batches import to_device, training_mode
 from harness.checks import FAIL, PASS, CheckResult
-from harness.checks.base import mode, to_device
 
 
 def eval_deterministic(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Two forward passes in eval mode, without re-seeding between them, give identical logits."""
     batch = to_device(batch, model)
-    with mode(model, training=False), torch.no_grad():
+    with training_mode(model, training=False), torch.no_grad():
         first, second = model(batch["input_ids"]), model(batch["input_ids"])
     gap = (first - second).abs().amax().item()
     if gap > 0:

@@ -144,6 +144,76 @@ def timed_once(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+class Subject:
+    """The model under test, built as train.py builds it, with its two workloads: the preflight and a step."""
+
+    def __init__(self, root: Path, d_model: int, layers: int, heads: int, length: int):
+        from harness.checks import sample_batch
+        from harness.data import SyntheticDataModule
+        from harness.models import HFCausalLM
+        from harness.module import HarnessModule
+
+        self.cfg = compose(root, d_model, layers, heads, length)
+        self.data = SyntheticDataModule(length=length, root=str(root))
+        self.data.prepare_data()
+        self.data.setup("fit")
+        torch.manual_seed(self.cfg.seed)
+        vocab = self.data.tokenizer.vocab_size
+        model = HFCausalLM(vocab, arch="gpt2", d_model=d_model, layers=layers, heads=heads, max_len=length)
+        self.module = HarnessModule(model)
+        self.batch = sample_batch(
+            self.data.train_dataset, 4
+        )  # the examples the preflight's model checks run on
+        self.optimizer = None
+        self.check_seconds: dict[str, list[float]] = {}
+        self.failed: dict[str, str] = {}
+
+    def preflight(self) -> None:
+        from harness.checks.preflight import run_preflight
+
+        for row in run_preflight(self.module, self.data, self.cfg):
+            self.check_seconds.setdefault(row["name"], []).append(row["seconds"])
+            if row["status"] == "FAIL":
+                self.failed[row["name"]] = row["detail"]
+
+    def step(self) -> None:
+        if self.optimizer is None:
+            self.optimizer = self.module.configure_optimizers()
+            for group in self.optimizer.param_groups:  # AdamW's every operation, at learning rate 0: each
+                group["lr"] = 0.0  # preflight sees the model at init, as in a run (trained, init_loss fails)
+        batch = self.batch
+        loss = self.module.loss_fn(
+            self.module.model(batch["input_ids"]), batch["targets"], batch["loss_mask"]
+        )
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def measure(subject: Subject, preflight_runs: int, step_reps: int) -> dict:
+    """Seconds and peak bytes of each workload, in the order a run meets them."""
+    memory = PeakMemory()
+    # the preflight as in a run: cold, right after the model and data, no optimizer yet
+    raw = {"preflight_start": memory.reset(), "preflight_s": [timed_once(subject.preflight)]}
+    raw["preflight_peak"] = memory.read()
+    # the first step creates AdamW's state, after backward: the steps after it hold it through backward
+    raw["first_start"] = memory.reset()
+    raw["warmup_s"] = timed_once(subject.step)
+    raw["first_peak"] = memory.read()
+    # then steps and preflights in turn; the first block's peak is the training step's
+    raw["step_start"] = memory.reset()
+    raw["step_s"] = [[timed_once(subject.step) for _ in range(step_reps)]]
+    raw["step_peak"] = memory.read()
+    raw["method"] = (
+        "VmHWM reset through /proc/self/clear_refs" if memory.kernel else "a thread sampling /proc/self/statm"
+    )
+    memory.stop()
+    for _ in range(preflight_runs - 1):
+        raw["preflight_s"].append(timed_once(subject.preflight))
+        raw["step_s"].append([timed_once(subject.step) for _ in range(step_reps)])
+    return raw
+
+
 def main(
     d_model: int = 768,
     layers: int = 12,
@@ -152,118 +222,48 @@ def main(
     preflight_runs: int = 2,
     step_reps: int = 3,
 ) -> dict:
-    from harness.checks import sample_batch
-    from harness.checks.preflight import run_preflight
-    from harness.data import SyntheticDataModule
-    from harness.models import HFCausalLM
-    from harness.module import HarnessModule
-
     with tempfile.TemporaryDirectory(prefix="bench-preflight-") as root:
-        cfg = compose(Path(root), d_model, layers, heads, length)
-        data = SyntheticDataModule(length=length, root=root)
-        data.prepare_data()
-        data.setup("fit")
-        torch.manual_seed(cfg.seed)
-        model = HFCausalLM(
-            vocab_size=data.tokenizer.vocab_size,
-            arch="gpt2",
-            d_model=d_model,
-            layers=layers,
-            heads=heads,
-            max_len=length,
-        )
-        module = HarnessModule(model)
-        batch = sample_batch(data.train_dataset, 4)  # the examples the preflight's model checks run on
-        params = sum(p.numel() for p in model.parameters())
-        memory = PeakMemory()
-        check_seconds: dict[str, list[float]] = {}
-        preflight_s: list[float] = []
-        failed: dict[str, str] = {}
-
-        def preflight() -> None:
-            for row in run_preflight(module, data, cfg):
-                check_seconds.setdefault(row["name"], []).append(row["seconds"])
-                if row["status"] == "FAIL":
-                    failed[row["name"]] = row["detail"]
-
-        optimizer = None
-
-        def step() -> None:
-            loss = module.loss_fn(model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        # the preflight as in a run: cold, right after the model and data, no optimizer yet
-        preflight_start = memory.reset()
-        preflight_s.append(timed_once(preflight))
-        preflight_peak = memory.read()
-        # the first step creates AdamW's state, after backward: the steps after it hold it through backward
-        optimizer = module.configure_optimizers()
-        for group in optimizer.param_groups:  # AdamW's every operation, at learning rate 0: each preflight
-            group["lr"] = 0.0  # sees the model at initialization, as in a run (trained, init_loss would fail)
-        first_start = memory.reset()
-        warmup_s = timed_once(step)
-        first_peak = memory.read()
-        # then steps and preflights in turn; the first block's peak is the training step's
-        step_start = memory.reset()
-        step_s = [[timed_once(step) for _ in range(step_reps)]]
-        step_peak = memory.read()
-        memory.stop()
-        for _ in range(preflight_runs - 1):
-            preflight_s.append(timed_once(preflight))
-            step_s.append([timed_once(step) for _ in range(step_reps)])
-
-    steps_all = [s for block in step_s for s in block]
-    step_median, preflight_median = statistics.median(steps_all), statistics.median(preflight_s)
+        subject = Subject(Path(root), d_model, layers, heads, length)
+        raw = measure(subject, preflight_runs, step_reps)
+    steps_all = [s for block in raw["step_s"] for s in block]
+    step_median, preflight_median = statistics.median(steps_all), statistics.median(raw["preflight_s"])
     figures = {
         "steps": round(preflight_median / step_median, 3),
-        "memory": round(preflight_peak / step_peak, 3),
+        "memory": round(raw["preflight_peak"] / raw["step_peak"], 3),
     }
     checks = {
         name: {"median_s": round(statistics.median(s), 4), "runs_s": [round(x, 4) for x in s]}
-        for name, s in sorted(check_seconds.items(), key=lambda item: -statistics.median(item[1]))
+        for name, s in sorted(subject.check_seconds.items(), key=lambda item: -statistics.median(item[1]))
     }
-    write(
-        "preflight_scale",
-        figures,
-        {
-            "targets": {k: f"<= {v}" for k, v in TARGETS.items()},
-            "setup": {
-                "arch": "gpt2",
-                "d_model": d_model,
-                "layers": layers,
-                "heads": heads,
-                "length": length,
-                "vocab_size": data.tokenizer.vocab_size,
-                "parameters": params,
-                "batch": list(batch["input_ids"].shape),
-            },
-            "steps": {
-                "preflight_s": preflight_s,
-                "preflight_median_s": preflight_median,
-                "step_s": step_s,
-                "step_median_s": step_median,
-                "warmup_step_s": warmup_s,
-                "min": min(preflight_s) / max(steps_all),
-                "max": max(preflight_s) / min(steps_all),
-                "note": "the first preflight runs cold (pytest set-up, first imports), as in a run",
-            },
-            "memory": {
-                "method": "VmHWM reset through /proc/self/clear_refs"
-                if memory.kernel
-                else "a thread sampling /proc/self/statm",
-                "preflight_peak_bytes": preflight_peak,
-                "preflight_start_bytes": preflight_start,
-                "step_peak_bytes": step_peak,
-                "step_start_bytes": step_start,
-                "step_note": f"the {step_reps} steps after the first, AdamW's state in place",
-                "first_step_peak_bytes": first_peak,
-                "first_step_start_bytes": first_start,
-                "preflight_over_first_step": preflight_peak / first_peak,
-            },
-            "checks_s": checks,
-            "failed_checks": failed,  # the benchmark times them all the same
+    setup = {"arch": "gpt2", "d_model": d_model, "layers": layers, "heads": heads, "length": length}
+    setup["vocab_size"] = subject.data.tokenizer.vocab_size
+    setup["parameters"] = sum(p.numel() for p in subject.module.parameters())
+    setup["batch"] = list(subject.batch["input_ids"].shape)
+    details = {
+        "targets": {k: f"<= {v}" for k, v in TARGETS.items()},
+        "setup": setup,
+        "steps": {
+            "preflight_s": raw["preflight_s"],
+            "preflight_median_s": preflight_median,
+            "step_s": raw["step_s"],
+            "step_median_s": step_median,
+            "warmup_step_s": raw["warmup_s"],
+            "min": min(raw["preflight_s"]) / max(steps_all),
+            "max": max(raw["preflight_s"]) / min(steps_all),
+            "note": "the first preflight runs cold (pytest set-up, first imports), as in a run",
         },
-    )
+        "memory": {
+            "method": raw["method"],
+            **{
+                f"{k}_bytes": raw[k] for k in ("preflight_peak", "preflight_start", "step_peak", "step_start")
+            },
+            "step_note": f"the {step_reps} steps after the first, AdamW's state in place",
+            "first_step_peak_bytes": raw["first_peak"],
+            "first_step_start_bytes": raw["first_start"],
+            "preflight_over_first_step": raw["preflight_peak"] / raw["first_peak"],
+        },
+        "checks_s": checks,
+        "failed_checks": subject.failed,  # the benchmark times them all the same
+    }
+    write("preflight_scale", figures, details)
     return {k: (v, v <= TARGETS[k]) for k, v in figures.items()}

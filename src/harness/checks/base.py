@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
-from torch.utils.data import default_collate
 
+from harness.batches import first_examples, to_device, training_mode
 from harness.seeding import seed_all
 from harness.twins import MaskedCrossEntropy
 
@@ -43,7 +42,7 @@ class SampleBatch(dict):
 
 def sample_batch(dataset, size: int = 4) -> SampleBatch:
     """The first `size` examples of `dataset`, collated into a Batch."""
-    return SampleBatch(default_collate([dataset[i] for i in range(min(size, len(dataset)))]))
+    return SampleBatch(first_examples(dataset, size))
 
 
 def shared(batch: dict, key: tuple, model: nn.Module, compute: Callable):
@@ -87,7 +86,7 @@ def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
     before = checksums(model)
     seed_all(seed)
     try:
-        with mode(model, training=True):
+        with training_mode(model, training=True):
             logits = model(batch["input_ids"])
             changed = [name for name, value in checksums(model).items() if value != before[name]]
             loss = masked_loss(logits, batch)
@@ -107,22 +106,6 @@ def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
 
 def shared_train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
     return shared(batch, ("train", seed), model, lambda: train_pass(model, batch, seed))
-
-
-def to_device(batch: dict, model: nn.Module) -> dict:
-    device = next(model.parameters()).device
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-@contextmanager
-def mode(model: nn.Module, training: bool):
-    """Run in train or eval mode, then restore whatever mode the model was in."""
-    was = model.training
-    model.train(training)
-    try:
-        yield model
-    finally:
-        model.train(was)
 
 
 #: an integer type of each float type's width: a float tensor viewed as integers sums to a bit-level checksum
@@ -164,7 +147,7 @@ class Runner:
 
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
         seed_all(self.seed)
-        with mode(self.model, training=True), torch.no_grad():
+        with training_mode(self.model, training=True), torch.no_grad():
             logits = self.model(input_ids)
         after = checksums(self.model)
         changed = [name for name, value in after.items() if value != self.before[name]]

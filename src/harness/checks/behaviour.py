@@ -4,26 +4,23 @@ leaving the global random generators alone; and every twin agreeing with itself.
 from __future__ import annotations
 
 import math
-import random
 
-import numpy as np
 import torch
 from torch import nn
 
+from harness.batches import to_device, training_mode
 from harness.checks.base import (
     FAIL,
     PASS,
     WARN,
     CheckResult,
     masked_loss,
-    mode,
     shared,
     shared_train_pass,
     shown,
-    to_device,
     train_pass,
 )
-from harness.seeding import seed_all
+from harness.seeding import rng_state, seed_all
 
 
 def init_loss(
@@ -94,30 +91,23 @@ def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     return CheckResult("determinism", PASS, "same seed, same loss and gradients, bit for bit")
 
 
-def rng_states() -> dict:
-    """The state of every global generator seed_all seeds: torch (CPU and CUDA), numpy, Python's random."""
-    states = {
-        "torch": torch.get_rng_state(),
-        "numpy": repr(np.random.get_state()),
-        "random": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        states["torch.cuda"] = torch.stack(torch.cuda.get_rng_state_all())
-    return states
-
-
 def same(x, y) -> bool:
-    return bool(torch.equal(x, y)) if isinstance(x, torch.Tensor) else x == y
+    """Equal, tensors and nested lists of them included (the parts of an rng_state())."""
+    if isinstance(x, torch.Tensor):
+        return isinstance(y, torch.Tensor) and bool(torch.equal(x, y))
+    if isinstance(x, (list, tuple)):
+        return isinstance(y, (list, tuple)) and len(x) == len(y) and all(map(same, x, y))
+    return x == y
 
 
 def eval_pass(model: nn.Module, batch: dict, seed: int) -> tuple[torch.Tensor, dict, dict]:
     """Seed, then one eval-mode forward: the logits, and the global generators' states before and after."""
     ids = to_device(batch, model)["input_ids"]
     seed_all(seed)
-    start = rng_states()
-    with mode(model, training=False), torch.no_grad():
+    start = rng_state()
+    with training_mode(model, training=False), torch.no_grad():
         logits = model(ids)
-    return logits, start, rng_states()
+    return logits, start, rng_state()
 
 
 def shared_eval_pass(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict, dict]:
@@ -132,13 +122,13 @@ def drawing_module(model: nn.Module, batch: dict) -> str:
 
     def pre(name):
         def hook(module, args):
-            before[name] = rng_states()
+            before[name] = rng_state()
 
         return hook
 
     def post(name):
         def hook(module, args, output):
-            end = rng_states()
+            end = rng_state()
             if not touched and any(not same(before[name][k], end[k]) for k in end):
                 touched.append(name)
 
@@ -158,8 +148,10 @@ def drawing_module(model: nn.Module, batch: dict) -> str:
 def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """An eval-mode forward draws nothing from the global random generators, and does not re-seed them."""
     _, start, end = shared_eval_pass(model, batch)
-    _, _, other_end = eval_pass(model, batch, 2)
-    reseeded = [name for name in end if same(end[name], other_end[name])]
+    _, other_start, other_end = eval_pass(model, batch, 2)
+    reseeded = [  # two different starting states (not CUDA's on a CPU: none), one end state
+        name for name in end if not same(start[name], other_start[name]) and same(end[name], other_end[name])
+    ]
     drawn = [name for name in end if not same(start[name], end[name])]
     if reseeded:
         return CheckResult(

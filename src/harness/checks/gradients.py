@@ -8,6 +8,7 @@ import copy
 import torch
 from torch import nn
 
+from harness.batches import to_device
 from harness.checks.base import (
     FAIL,
     PASS,
@@ -15,7 +16,6 @@ from harness.checks.base import (
     CheckResult,
     shared_train_pass,
     shown,
-    to_device,
     train_pass,
 )
 from harness.faults import first_nonfinite_module
@@ -41,6 +41,19 @@ def step_settings(cfg) -> tuple[int, float]:
     return int(cfg.get("seed", 0)), float((cfg.get("optim", None) or {}).get("lr", 1e-3))
 
 
+def needed_to_learn(model: nn.Module, head: str | None) -> dict[str, str]:
+    """{parameter name: what it is} for the parameters the loss cannot do without learning: the token
+    embedding's and the output head's (`head`: the module that produced the logits)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    parts = (("the token embedding", getattr(model, "token_embedding", None)), ("the output head", head))
+    return {
+        names[id(p)]: part
+        for part, module in parts
+        if module is not None
+        for p in (model.get_submodule(module) if isinstance(module, str) else module).parameters()
+    }
+
+
 def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Every trainable parameter gets a finite gradient that is non-zero, or becomes so after one step;
     the token embedding and the output head are not frozen; other frozen parameters are a warning."""
@@ -60,17 +73,8 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     if zero:  # an exactly zero gradient that one step wakes is a zero-initialized branch, by design
         after = train_pass(one_step(model, batch, seed, lr, grads), batch, seed).grads
         blocked = [n for n in zero if after[n] is None or not after[n].any()]
-    names = {id(p): n for n, p in model.named_parameters()}
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    needed = {
-        names[id(p)]: part
-        for part, module in (
-            ("the token embedding", getattr(model, "token_embedding", None)),
-            ("the output head", head),
-        )
-        if module is not None
-        for p in (model.get_submodule(module) if isinstance(module, str) else module).parameters()
-    }
+    needed = needed_to_learn(model, head)
     frozen_needed = [n for n in frozen if n in needed]
     faults = []
     if frozen_needed:

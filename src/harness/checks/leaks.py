@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from harness.batches import to_device
 from harness.checks.base import (
     FAIL,
     PASS,
@@ -19,7 +20,6 @@ from harness.checks.base import (
     WeightsChanged,
     shared_train_pass,
     shown,
-    to_device,
 )
 from harness.checks.gradients import one_step, step_settings
 from harness.checks.trace import examples, first_break, up_to

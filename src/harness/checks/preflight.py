@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_batch
 from harness.errors import ConfigError
+from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -123,32 +125,25 @@ def run_preflight(module, data, cfg) -> list[dict]:
     files = preflight_files(cfg)
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
-    was_training, threads = model.training, torch.get_num_threads()
+    threads, generators = torch.get_num_threads(), rng_state()
     # a small model's tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     if sum(p.numel() for p in model.parameters()) < SMALL:
         torch.set_num_threads(1)
+    arguments = ["-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings"]
+    # a file that fails to import is a FAIL row, and the other files' checks still run
+    arguments += [
+        "--continue-on-collection-errors",
+        "--rootdir",
+        str(Path(__file__).parent),
+        "-c",
+        "/dev/null",
+    ]
     try:
-        # a file that fails to import is a FAIL row, and the other files' checks still run
-        code = pytest.main(
-            [
-                *files,
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "no:terminal",
-                "-p",
-                "no:warnings",
-                "--continue-on-collection-errors",
-                "--rootdir",
-                str(Path(__file__).parent),
-                "-c",
-                "/dev/null",
-            ],
-            plugins=[plugin],
-        )
+        with training_mode(model, model.training):  # whatever the checks switch, the model ends as it began
+            code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:
         torch.set_num_threads(threads)
-        model.train(was_training)
+        set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
     model.zero_grad(set_to_none=True)
     if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
         raise KeyboardInterrupt
