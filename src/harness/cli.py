@@ -53,15 +53,15 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
 def check_overrides(argv: list[str], config_dir: Path) -> None:
     """Compose the config for every value a sweep names and validate it, before anything runs."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
+    from harness.compat import hydra_args_parser
     from harness.config import validate
     from harness.distributed import check_launch, on_cluster
     from harness.errors import ConfigError
 
-    args = get_args_parser().parse_args(argv)
+    args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
         return
     try:
@@ -137,7 +137,7 @@ def task(cfg) -> dict | None:
     from harness.distributed import global_rank
     from harness.errors import ConfigError
     from harness.run import exit_code, run
-    from harness.verdict import write_verdict
+    from harness.verdict import Verdict
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
@@ -146,11 +146,11 @@ def task(cfg) -> dict | None:
         if not sweeping:
             _die(str(err), err)
         log.error("error: %s", err)
-        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": str(err)})
+        Verdict(status="ERROR", error=str(err)).write(Path(HydraConfig.get().runtime.output_dir))
         return None
     except Exception as err:
         # a bug, not a config mistake: record it where the results would have been, then show it whole
-        write_verdict(Path(HydraConfig.get().runtime.output_dir), {"status": "ERROR", "error": repr(err)})
+        Verdict(status="ERROR", error=repr(err)).write(Path(HydraConfig.get().runtime.output_dir))
         if not sweeping:
             raise
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one

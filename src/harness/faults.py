@@ -4,13 +4,13 @@ after the current step with a checkpoint, and a checkpoint resumes the run bit f
 from __future__ import annotations
 
 import logging
-import random
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
+
+from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -165,21 +165,8 @@ class ResumeState(pl.Callback):
             loader.trained = (trainer.current_epoch, batch_idx + 1)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        checkpoint["rng"] = {  # plain types and tensors only: checkpoints load weights-only
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        }
+        checkpoint["rng"] = rng_state()
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        rng = checkpoint.get("rng")
-        if rng is None:
-            return
-        torch.set_rng_state(rng["torch"])
-        kind, keys, pos, has_gauss, gauss = rng["numpy"]
-        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-        random.setstate(rng["python"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        if checkpoint.get("rng") is not None:
+            set_rng_state(checkpoint["rng"])

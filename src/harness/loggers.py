@@ -14,9 +14,10 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import rank_zero_experiment
 from torch import Tensor
 
+from harness.compat import rewrite_csv_header
 from harness.errors import ConfigError
 
-TRACKERS = ("none", "csv", "tensorboard", "wandb")
+TRACKERS = ("csv", "tensorboard", "wandb")
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
@@ -46,7 +47,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Logger]:
                 offline=cfg.mode == "offline",
             )
         )
-    elif name not in ("none", "csv"):
+    elif name != "csv":
         raise ConfigError("logger.name", name, f"choose one of {', '.join(TRACKERS)}")
     return loggers
 
@@ -86,7 +87,7 @@ class MetricsWriter(ExperimentWriter):
             self.metrics_keys = sorted([*self.metrics_keys, *new_keys])
             self.column = {key: i for i, key in enumerate(self.metrics_keys)}
             if os.path.isfile(self.metrics_file_path):
-                self._rewrite_with_new_header(self.metrics_keys)
+                rewrite_csv_header(self, self.metrics_keys)
             else:
                 with open(self.metrics_file_path, "w", newline="") as file:
                     csv.writer(file).writerow(self.metrics_keys)

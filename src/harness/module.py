@@ -7,6 +7,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from harness.compat import lightning_logs_now
 from harness.twins import MaskedCrossEntropy
 
 
@@ -77,6 +78,10 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
+    def final_loss(self) -> float | None:
+        """The latest training step's loss as a float (one host sync); None before the first step."""
+        return None if self.last_loss is None else self.last_loss.item()
+
     def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
         """The loss of a forward pass of the plain model, and its metrics {loss, acc, p_correct}."""
         logits = self.model(batch["input_ids"])
@@ -108,7 +113,7 @@ class HarnessModule(pl.LightningModule):
 
     def logs_now(self) -> bool:
         """Whether Lightning writes this step's logged values: every log_every_n_steps, and the last step."""
-        return self.trainer._logger_connector.should_update_logs
+        return lightning_logs_now(self.trainer)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics = self.loss_and_metrics(batch)

@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from harness.batches import to_device, training_mode
 from harness.errors import ConfigError
 from harness.seeding import seed_all
 
@@ -147,13 +148,10 @@ def evaluate(
 ) -> dict:
     """loss, acc and p_correct of `module` on `batch`, as floats: in eval mode, or in train mode re-seeded
     with `seed` first (as an overfit step sees it)."""
-    was_training = module.training
-    module.train(training)
     if seed is not None:
         seed_all(seed)
-    batch = {k: v.to(module.device) for k, v in batch.items()}
-    _, metrics = module.loss_and_metrics(batch)
-    module.train(was_training)
+    with training_mode(module, training):
+        _, metrics = module.loss_and_metrics(to_device(batch, module.device))
     return {k: v.item() for k, v in metrics.items()}
 
 
@@ -170,3 +168,47 @@ def eval_gap(train: dict, evaluated: dict) -> str | None:
         "what runs in training: dropout too high, a branch that runs only in training or only in eval "
         "(self.training), or batch statistics (BatchNorm) unlike their running averages"
     )
+
+
+class Overfit:
+    """mode=overfit: memorize the first n training examples (one batch, every step); PASS when the training
+    loss reaches the floor plus `mode.target_loss`. The mode object harness.run asks what differs by mode."""
+
+    name = "overfit"
+
+    def __init__(self, cfg):
+        self.cfg, self.n = cfg, cfg.n
+        self.batch: dict | None = None
+        self.target: StopAtTarget | None = None
+
+    def data(self, base: pl.LightningDataModule) -> OverfitData:
+        return OverfitData(base, n=self.n, steps=self.cfg.mode.max_steps)
+
+    def callbacks(self, data: OverfitData, verdict, checkpoints) -> list[pl.Callback]:
+        self.batch = data.batch()
+        verdict.floor = achievable_floor(self.batch)
+        self.target = StopAtTarget(verdict.floor, self.cfg.mode.target_loss)
+        return [self.target] + ([Reseed(self.cfg.seed)] if self.cfg.mode.reseed else [])
+
+    def judge(self, verdict, trainer: pl.Trainer, module: pl.LightningModule, checkpoints) -> None:
+        trainer.save_checkpoint(checkpoints / "last.ckpt")
+        final = evaluate(module, self.batch)
+        trained = evaluate(module, self.batch, training=True, seed=self.cfg.seed)
+        verdict.status = "PASS" if self.target.passed else "FAIL"
+        verdict.final_loss = self.target.last_loss
+        verdict.val_loss = verdict.eval_loss = final["loss"]  # eval mode, on the same n examples
+        verdict.accuracy = verdict.eval_accuracy = final["acc"]
+        verdict.p_correct = final["p_correct"]
+        verdict.train_accuracy = trained["acc"]  # train mode, re-seeded as a step: the final weights
+        verdict.eval_gap = eval_gap(trained, final)
+
+    def summary(self, verdict) -> str:
+        goal = verdict.floor + self.cfg.mode.target_loss
+        reached = "reached" if verdict.status == "PASS" else "did not reach"
+        return (
+            f"{verdict.status}: {verdict.model} ({verdict.model_group}) on n={verdict.n} {verdict.data} "
+            f"examples {reached} the goal in {verdict.steps} steps, {verdict.seconds:.1f} s: final loss "
+            f"{verdict.final_loss:.4f}, goal {goal:.4f} (floor {verdict.floor:.4f} + target "
+            f"{self.cfg.mode.target_loss}); eval mode: accuracy {verdict.accuracy:.2f}, "
+            f"p(correct) {verdict.p_correct:.3f}"
+        )

@@ -20,6 +20,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from harness.verdict import Verdict
+
 log = logging.getLogger(__name__)
 
 #: the columns every summary has, in order (the README's tables), then the ones that tell jobs apart
@@ -89,48 +91,48 @@ def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
     return points
 
 
-def _verdict(job_dir: Path) -> tuple[dict, str]:
+def _verdict(job_dir: Path) -> tuple[Verdict, str]:
     """The job's verdict.json and, when there is none to read, why (the row's error)."""
     path = job_dir / "verdict.json"
     if not path.is_file():
         return (
-            {},
+            Verdict(),
             f"no verdict.json: the job has not finished, or stopped before writing one (see {job_dir.name}/train.log)",
         )
     try:
-        return json.loads(path.read_text()), ""
+        return Verdict.from_dict(json.loads(path.read_text())), ""
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return {}, f"{path}: not valid JSON ({err})"
+        return Verdict(), f"{path}: not valid JSON ({err})"
 
 
 def read_job(job_dir: Path) -> Job:
     """Everything the summary knows about one job dir."""
     cfg, hydra = _yaml(job_dir / ".hydra" / "config.yaml"), _yaml(job_dir / ".hydra" / "hydra.yaml")
     verdict, unread = _verdict(job_dir)
-    mode = _select(cfg, "mode.name") or verdict.get("mode")
-    n = (_select(cfg, "n") or verdict.get("n")) if mode == "overfit" else None  # n means nothing in full mode
+    mode = _select(cfg, "mode.name") or verdict.mode
+    n = (_select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
     row = {
         # the model's class (a sweep over model.arch tells its rows apart), else its config's _target_
-        "model": verdict.get("model") or str(_select(cfg, "model._target_") or "").rpartition(".")[2] or None,
-        "model_group": _select(hydra, "hydra.runtime.choices.model") or verdict.get("model_group"),
-        "length": _select(cfg, "data.length") or verdict.get("length"),
-        "rule": _select(cfg, "data.rule") or verdict.get("rule"),
-        "status": verdict.get("status") or "MISSING",
-        "final_loss": _number(verdict.get("final_loss")),
-        "accuracy": _number(verdict.get("accuracy")),
-        "steps": verdict.get("steps"),
-        "reach_init": _number(verdict.get("reach_init")),
-        "reach_final": _number(verdict.get("reach_final")),
+        "model": verdict.model or str(_select(cfg, "model._target_") or "").rpartition(".")[2] or None,
+        "model_group": _select(hydra, "hydra.runtime.choices.model") or verdict.model_group,
+        "length": _select(cfg, "data.length") or verdict.length,
+        "rule": _select(cfg, "data.rule") or verdict.rule,
+        "status": verdict.status or "MISSING",
+        "final_loss": _number(verdict.final_loss),
+        "accuracy": _number(verdict.accuracy),
+        "steps": verdict.steps,
+        "reach_init": _number(verdict.items.get("reach_init")),
+        "reach_final": _number(verdict.items.get("reach_final")),
         "mode": mode,
         "n": n,
-        "data": _select(hydra, "hydra.runtime.choices.data") or verdict.get("data"),
-        "seed": _select(cfg, "seed") if cfg is not None else verdict.get("seed"),
-        "val_loss": _number(verdict.get("val_loss")),
-        "seconds": _number(verdict.get("seconds")),
+        "data": _select(hydra, "hydra.runtime.choices.data") or verdict.data,
+        "seed": _select(cfg, "seed") if cfg is not None else verdict.seed,
+        "val_loss": _number(verdict.val_loss),
+        "seconds": _number(verdict.seconds),
         "job": job_dir.name,
-        "error": verdict.get("error") or unread,
+        "error": verdict.error or unread,
     }
-    grads = verdict.get("grad_by_position") or {}
+    grads = verdict.items.get("grad_by_position") or {}
     grads = {k: [_number(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
     metrics = job_dir / "metrics.csv"
     return Job(

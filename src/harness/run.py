@@ -16,12 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import build, validate
 from harness.distributed import global_rank, started_by_lightning
 from harness.errors import ConfigError
-from harness.faults import FinalCheckpoint, Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
+from harness.faults import Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
 from harness.loggers import build_loggers, finish_loggers
+from harness.modes import mode_for
 from harness.module import HarnessModule
-from harness.overfit import OverfitData, Reseed, StopAtTarget, achievable_floor, eval_gap, evaluate
 from harness.seeding import seed_all
-from harness.verdict import write_verdict
+from harness.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -123,98 +123,86 @@ def run(cfg: DictConfig) -> dict:
 
 
 def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
+    """The stages of one job, in order: build, preflight, fit, judge. Returns the verdict as a dict."""
     started = time.perf_counter()
-    hydra = HydraConfig.get()
-    overfit = cfg.mode.name == "overfit"
+    mode = mode_for(cfg)
     torch.set_flush_denormal(bool(cfg.flush_denormal))
-    seed_all(cfg.seed)
+    seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
+    data, module = build_parts(cfg, mode)
+    verdict = start_verdict(cfg, module.model, run_dir, n=getattr(mode, "n", None))
+    probes = build_probes(
+        cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit"
+    )  # a bad one: no work
 
-    data = build(cfg.data, "data")
-    if overfit:
-        data = OverfitData(data, n=cfg.n, steps=cfg.mode.max_steps)
+    preflight(cfg, module, data, verdict)
+    if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
+        verdict.status, verdict.signal = "INTERRUPTED", interrupt.received
+        return finish(verdict, started, run_dir, logging.WARNING, "INTERRUPTED before training")
+    if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
+        verdict.status = "PREFLIGHT_FAIL"
+        message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
+        return finish(verdict, started, run_dir, logging.ERROR, message)
+
+    checkpoints = run_dir / "checkpoints"
+    callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
+    loggers = build_loggers(cfg.logger, run_dir)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
+    stopped = fit(trainer, module, data, resume_from(cfg.ckpt_path, run_dir, module), loggers, interrupt)
+
+    verdict.steps = trainer.global_step
+    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
+        verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
+    if stopped is not None:
+        return finish(
+            verdict, started, run_dir, logging.WARNING, stopped_early(verdict, stopped, module, checkpoints)
+        )
+    mode.judge(verdict, trainer, module, checkpoints)
+    if writes() and verdict.eval_gap:
+        log.warning("eval gap: %s", verdict.eval_gap)
+    return finish(verdict, started, run_dir, logging.INFO, None, summary=mode.summary)
+
+
+def build_parts(cfg: DictConfig, mode) -> tuple:
+    """The datamodule (set up, as the mode wants it) and the LightningModule around the configured model."""
+    data = mode.data(build(cfg.data, "data"))
     data.prepare_data()
     data.setup("fit")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     module = HarnessModule(
         model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile
     )
-    # only rank 0 writes: verdict, metrics, probe outputs (DDP ranks share the run dir)
-    first = global_rank() == 0
+    return data, module
 
-    verdict = {
-        "mode": cfg.mode.name,
-        "n": cfg.n if overfit else None,
-        "model": getattr(model, "architecture", type(model).__name__),  # the class, e.g. LlamaForCausalLM
-        "model_group": hydra.runtime.choices.get("model"),  # the config group's option, e.g. hf
-        "data": hydra.runtime.choices.get("data"),
-        "length": cfg.data.length,
-        "rule": cfg.data.get("rule"),
-        "seed": cfg.seed,
-        "status": None,
-        "final_loss": None,
-        "floor": None,
-        "steps": 0,
-        "seconds": None,
-        "accuracy": None,
-        "p_correct": None,
-        "val_loss": None,
-        "checks": [],
-        "run_dir": str(run_dir),
-    }
-    # before any work: a bad probe is a config error
-    probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=overfit)
+
+def start_verdict(cfg: DictConfig, model, run_dir: Path, n: int | None) -> Verdict:
+    choices = HydraConfig.get().runtime.choices
+    return Verdict(
+        mode=cfg.mode.name,
+        n=n,
+        model=getattr(model, "architecture", type(model).__name__),  # the class, e.g. LlamaForCausalLM
+        model_group=choices.get("model"),  # the config group's option, e.g. hf
+        data=choices.get("data"),
+        length=cfg.data.length,
+        rule=cfg.data.get("rule"),
+        seed=cfg.seed,
+        steps=0,
+        run_dir=str(run_dir),
+    )
+
+
+def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) -> None:
+    """The preflight's rows and seconds into the verdict. A rank Lightning started exists only because rank
+    0's preflight passed; ranks SLURM starts together each run it (same seed, same data, same decision), so
+    none is left waiting for a rank that stopped."""
     from harness.checks.preflight import run_preflight
 
-    preflight_started = time.perf_counter()
-    # a rank Lightning started exists only because rank 0's preflight passed; ranks SLURM starts together each
-    # run it (same seed, same data, same decision), so none is left waiting for a rank that stopped
-    verdict["checks"] = [] if started_by_lightning() else run_preflight(module, data, cfg)
-    verdict["preflight_seconds"] = round(time.perf_counter() - preflight_started, 3)
+    started = time.perf_counter()
+    verdict.checks = [] if started_by_lightning() else run_preflight(module, data, cfg)
+    verdict.preflight_seconds = round(time.perf_counter() - started, 3)
 
-    def stop(level: int, message: str, **items) -> dict:
-        """End the run before its verdict's usual end: record `items` and the time, write it, say why."""
-        verdict.update(items, seconds=round(time.perf_counter() - started, 3))
-        if first:
-            write_verdict(run_dir, verdict)
-        log.log(level, "%s: verdict %s", message, run_dir / "verdict.json")
-        return verdict
 
-    if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
-        return stop(
-            logging.WARNING, "INTERRUPTED before training", status="INTERRUPTED", signal=interrupt.received
-        )
-    if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict["checks"]):
-        return stop(
-            logging.ERROR,
-            "preflight FAILED: training not started (preflight=warn reports and goes on)",
-            status="PREFLIGHT_FAIL",
-        )
-
-    seed_all(cfg.seed)  # the checks drew random numbers: training starts from the same state either way
-    checkpoints = run_dir / "checkpoints"
-    callbacks: list[pl.Callback] = [NonFiniteGuard(), ResumeState(), interrupt]
-    if overfit:
-        batch = data.batch()
-        verdict["floor"] = achievable_floor(batch)
-        target = StopAtTarget(verdict["floor"], cfg.mode.target_loss)
-        callbacks += [target] + ([Reseed(cfg.seed)] if cfg.mode.reseed else [])
-    else:
-        callbacks += [  # best by validation loss, and last every mode.ckpt_every steps (a hard kill loses less)
-            pl.callbacks.ModelCheckpoint(
-                dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"
-            ),
-            pl.callbacks.ModelCheckpoint(
-                dirpath=checkpoints,
-                filename="last",
-                every_n_train_steps=cfg.mode.ckpt_every,
-                enable_version_counter=False,
-            ),
-            FinalCheckpoint(checkpoints / "last.ckpt", cfg.mode.ckpt_every),
-        ]
-    loggers = build_loggers(cfg.logger, run_dir)
-    trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
-
-    ckpt_path = resume_from(cfg.ckpt_path, run_dir, module)
+def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, interrupt: StopOnSignal):
+    """Train; the NonFinite or Interrupted that ended it early, or None. The loggers are finished either way."""
     outcome, stopped = "failed", None
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
@@ -228,67 +216,34 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
             "%s received after the last step: the run is complete, its verdict follows",
             signal.Signals(interrupt.received).name,
         )
+    return stopped
 
-    verdict["steps"] = trainer.global_step
-    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
-        verdict.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
+
+def stopped_early(verdict: Verdict, stopped: Exception, module: HarnessModule, checkpoints: Path) -> str:
+    """Record why training ended before its last step; the console line that says so."""
+    verdict.final_loss = module.final_loss()
     if isinstance(stopped, Interrupted):
-        verdict.update(status="INTERRUPTED", signal=stopped.signum, checkpoint=str(checkpoints / "last.ckpt"))
-    elif isinstance(stopped, NonFinite):
-        log.error("%s: stopped; the weights are those before that step", stopped)
-        verdict.update(status="NONFINITE", nonfinite={"step": stopped.step, "where": stopped.where})
-    if stopped is not None:
-        return stop(
-            logging.WARNING,
-            f"{verdict['status']} after {verdict['steps']} steps",
-            final_loss=last_loss(module),
-        )
-    if overfit:
-        trainer.save_checkpoint(checkpoints / "last.ckpt")
-        final = evaluate(module, batch)
-        trained = evaluate(module, batch, training=True, seed=cfg.seed)
-        verdict.update(
-            status="PASS" if target.passed else "FAIL",
-            final_loss=target.last_loss,
-            val_loss=final["loss"],
-            accuracy=final["acc"],
-            p_correct=final["p_correct"],
-            eval_loss=final["loss"],  # eval mode, on the same n examples (the same as val_loss here)
-            eval_accuracy=final["acc"],
-            train_accuracy=trained["acc"],  # train mode, re-seeded as a step: the final weights
-            eval_gap=eval_gap(trained, final),
-        )
-        if first and verdict["eval_gap"]:
-            log.warning("eval gap: %s", verdict["eval_gap"])
+        verdict.status, verdict.signal = "INTERRUPTED", stopped.signum
+        verdict.checkpoint = str(checkpoints / "last.ckpt")
     else:
-        metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
-        verdict.update(
-            status="DONE",
-            final_loss=last_loss(module),
-            val_loss=metrics.get("val/loss"),
-            accuracy=metrics.get("val/acc"),
-            p_correct=metrics.get("val/p_correct"),
-        )
-    verdict["seconds"] = round(time.perf_counter() - started, 3)
-    if first:
-        log.info("%s", summary_line(verdict, cfg))
-        log.info("verdict: %s", write_verdict(run_dir, verdict))
-    return verdict
+        log.error("%s: stopped; the weights are those before that step", stopped)
+        verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
+    return f"{verdict.status} after {verdict.steps} steps"
 
 
-def last_loss(module: HarnessModule) -> float | None:
-    return None if module.last_loss is None else module.last_loss.item()
+def finish(
+    verdict: Verdict, started: float, run_dir: Path, level: int, message: str | None, summary=None
+) -> dict:
+    """Stamp the time, write verdict.json (rank 0 only: DDP ranks share the run dir), say how the run ended."""
+    verdict.seconds = round(time.perf_counter() - started, 3)
+    if writes():
+        path = verdict.write(run_dir)
+        log.log(level, "%s", summary(verdict) if summary else f"{message}: verdict {path}")
+        if summary:
+            log.info("verdict: %s", path)
+    return verdict.as_dict()
 
 
-def summary_line(verdict: dict, cfg: DictConfig) -> str:
-    if verdict["mode"] == "full":
-        return f"DONE: {verdict['steps']} steps, val loss {verdict['val_loss']}, {verdict['seconds']:.1f} s"
-    goal = verdict["floor"] + cfg.mode.target_loss
-    reached = "reached" if verdict["status"] == "PASS" else "did not reach"
-    return (
-        f"{verdict['status']}: {verdict['model']} ({verdict['model_group']}) on n={verdict['n']} "
-        f"{verdict['data']} examples {reached} the goal in {verdict['steps']} steps, {verdict['seconds']:.1f} s: "
-        f"final loss {verdict['final_loss']:.4f}, goal {goal:.4f} (floor {verdict['floor']:.4f} + target "
-        f"{cfg.mode.target_loss}); eval mode: accuracy {verdict['accuracy']:.2f}, "
-        f"p(correct) {verdict['p_correct']:.3f}"
-    )
+def writes() -> bool:
+    """Whether this process writes the run's files: rank 0 alone."""
+    return global_rank() == 0

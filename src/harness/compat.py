@@ -1,0 +1,69 @@
+"""The private APIs of other libraries the harness uses, each behind one function here and nowhere else.
+
+Each buys something the public API does not give (a speed, a parser); when a library changes one, the call
+fails with the library and version it was written against, and tests/test_compat.py fails the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class LibraryChanged(RuntimeError):
+    """A private API the harness relies on is gone or changed."""
+
+
+def _private(library: str, version: str, what: str, get: Callable):
+    try:
+        return get()
+    except (AttributeError, ImportError, TypeError) as err:
+        raise LibraryChanged(
+            f"{library} {version}: {what} is not what harness.compat was written against "
+            f"({type(err).__name__}: {err}); update src/harness/compat.py for this version"
+        ) from err
+
+
+def lightning_logs_now(trainer) -> bool:
+    """Whether Lightning writes this step's logged values (every log_every_n_steps, and the last step): a
+    self.log call costs ~0.1 ms a key whether or not it is written, so the module logs only when it is."""
+    import pytorch_lightning as pl
+
+    return _private(
+        "pytorch_lightning",
+        pl.__version__,
+        "Trainer._logger_connector.should_update_logs",
+        lambda: bool(trainer._logger_connector.should_update_logs),
+    )
+
+
+def tensorboard_file_writer(writer):
+    """The file writer behind torch's SummaryWriter: one event holding a whole step's scalars or histograms
+    costs a tenth of an event each (TensorBoard checksums every record in pure Python)."""
+    import torch
+
+    return _private(
+        "torch", torch.__version__, "SummaryWriter._get_file_writer()", lambda: writer._get_file_writer()
+    )
+
+
+def rewrite_csv_header(writer, keys: list[str]) -> None:
+    """Lightning's CSV writer rewriting metrics.csv under a wider header, rows kept (new columns empty)."""
+    import pytorch_lightning as pl
+
+    _private(
+        "pytorch_lightning",
+        pl.__version__,
+        "ExperimentWriter._rewrite_with_new_header(keys)",
+        lambda: writer._rewrite_with_new_header(keys),
+    )
+
+
+def hydra_args_parser():
+    """Hydra's own command-line parser: the door check reads the overrides exactly as Hydra will."""
+    import hydra
+
+    def parser():
+        from hydra._internal.utils import get_args_parser
+
+        return get_args_parser()
+
+    return _private("hydra-core", hydra.__version__, "hydra._internal.utils.get_args_parser", parser)

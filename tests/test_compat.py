@@ -1,0 +1,99 @@
+"""Every private API of another library the harness uses still works, through harness.compat alone; when one
+changes, the failure names the library and its version."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from harness import compat
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "harness"
+#: the private names compat.py wraps: they appear in no other file of the package
+PRIVATE = ("_logger_connector", "_get_file_writer", "_rewrite_with_new_header", "hydra._internal")
+
+
+def test_private_apis_appear_only_in_the_compat_module():
+    found = {
+        str(path.relative_to(SRC)): [name for name in PRIVATE if name in path.read_text()]
+        for path in SRC.rglob("*.py")
+        if path.name != "compat.py"
+    }
+    assert not {k: v for k, v in found.items() if v}, found
+
+
+def test_lightning_logs_now_follows_log_every_n_steps(tmp_path):
+    seen = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(compat.lightning_logs_now(trainer))
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def training_step(self, batch, batch_idx):
+            return (self.w * batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer(
+        max_steps=6,
+        log_every_n_steps=3,
+        callbacks=[Watch()],
+        logger=pl.loggers.CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Tiny(), train_dataloaders=torch.utils.data.DataLoader(torch.ones(6, 1), batch_size=1))
+    assert seen == [False, False, True, False, False, True], seen
+
+
+def test_tensorboard_file_writer_takes_a_whole_event(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(tmp_path)
+    values = [Summary.Value(tag=tag, simple_value=v) for tag, v in (("a", 1.5), ("b", -2.0))]
+    compat.tensorboard_file_writer(writer).add_summary(Summary(value=values), 7)
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in ("a", "b")} == {
+        "a": [(7, 1.5)],
+        "b": [(7, -2.0)],
+    }
+
+
+def test_rewrite_csv_header_keeps_the_rows(tmp_path):
+    from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+
+    writer = ExperimentWriter(str(tmp_path))
+    writer.log_metrics({"a": 1.0}, step=0)
+    writer.save()
+    compat.rewrite_csv_header(writer, ["a", "b", "step"])
+    with open(writer.metrics_file_path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert rows == [{"a": "1.0", "b": "", "step": "0"}], rows
+
+
+def test_hydra_args_parser_reads_a_sweep():
+    args = compat.hydra_args_parser().parse_args(["-m", "n=1,2", "model=rnn"])
+    assert args.multirun and args.overrides == ["n=1,2", "model=rnn"]
+
+
+def test_a_changed_library_is_named_with_its_version():
+    with pytest.raises(compat.LibraryChanged, match=re.escape(f"pytorch_lightning {pl.__version__}:")):
+        compat.lightning_logs_now(object())
+    with pytest.raises(compat.LibraryChanged, match=re.escape(f"torch {torch.__version__}:")):
+        compat.tensorboard_file_writer(object())
