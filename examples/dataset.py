@@ -1,11 +1,11 @@
 """Your own data, two ways, one format: real files converted once into the harness's dataset folder,
-and a synthetic twin that generates the same kind of records into the same format.
+and a synthetic counterpart that generates the same kind of records into the same format.
 
     python -m examples.dataset examples/data/motifs.tsv data/motifs     # convert the real file, once
     python train.py data=folder data.path=data/motifs data.length=16     # train on it
-    cp examples/conf/data/motifs.yaml conf/data/ && python train.py data=motifs data.length=64   # the twin
+    cp examples/conf/data/motifs.yaml conf/data/ && python train.py data=motifs data.length=64   # its synthetic counterpart
 
-The task: does a DNA sequence contain the motif TATA? Label `y` or `n` at the last position. The twin
+The task: does a DNA sequence contain the motif TATA? Label `y` or `n` at the last position. The synthetic counterpart
 uses the same alphabet and labels, so a model built for one runs on the other (same vocabulary), and it
 can make sequences of any length and any number, which the real file cannot."""
 
@@ -79,7 +79,7 @@ def generate(length: int, size: int, seed: int) -> list[dict]:
 
 
 class MotifData(DiskDataModule):
-    """The synthetic twin of the converted motifs: generated once under `root/motifs/`, read like any folder."""
+    """The synthetic counterpart of the converted motifs: generated once under `root/motifs/`, read like any folder."""
 
     def __init__(
         self,

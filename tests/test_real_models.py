@@ -311,7 +311,7 @@ def test_the_zero_init_variants_really_start_with_closed_branches(synthetic):
 # 3. the overfit ladder and the verdict, through the real train.py (slow)
 # ---------------------------------------------------------------------------------------------------------
 
-QUICK = ("logger=none", "probes=off", "data.length=16", "model.d_model=32")
+QUICK = ("logger=csv", "probes=off", "data.length=16", "model.d_model=32")
 
 
 def sweep_verdicts(sweep: Path) -> dict[str, dict]:
