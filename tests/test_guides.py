@@ -126,7 +126,7 @@ def test_own_data_real_files_train(make_config, tmp_path):
     assert rows(verdict)["data_roundtrip"]["status"] == PASS, verdict["checks"]
 
 
-def test_own_data_synthetic_twin_matches_the_real_format(make_config, data_root, tmp_path):
+def test_own_data_synthetic_counterpart_matches_the_real_format(make_config, data_root, tmp_path):
     twin = MotifData(length=24, size=40, val_size=8, root=str(data_root))
     twin.prepare_data()
     # the twin writes what the real loader reads, with the real data's vocabulary

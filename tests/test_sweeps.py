@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 from harness.cli import check_overrides
 from harness.config import validate
 from harness.data.format import is_whole
-from harness.probes.position import input_grad_by_position, reach
 from harness.report import COLUMNS, EXTRA, collect, write_summary
 from harness.report import main as report_main
 from harness.run import build
@@ -62,6 +61,7 @@ def init_reach(make_config, model: str, length: int) -> float:
     """Gradient reach of the built-in `model` at initialization, built as train.py builds it (the real configs,
     harness.run's order), on the first 4 validation examples of the first_token data of `length` (the
     grad_by_position probe also measures on 4 examples)."""
+    position = pytest.importorskip("harness.probes.position", reason="a fork without src/harness/probes/")
     cfg = make_config(
         f"model={model}", f"data.length={length}", "data.rule=first_token", "mode=full", "data.batch_size=4"
     )
@@ -73,9 +73,9 @@ def init_reach(make_config, model: str, length: int) -> float:
     data.setup("fit")
     net = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     batch = next(iter(data.val_dataloader()))
-    norms = input_grad_by_position(net, batch)
+    norms = position.input_grad_by_position(net, batch)
     assert norms.dtype == torch.float32 and norms.shape == (length,)
-    return reach(norms.tolist())
+    return position.reach(norms.tolist())
 
 
 def test_tanh_rnn_reach_vanishes_with_length_the_transformers_does_not(make_config):
@@ -377,15 +377,15 @@ def test_each_job_has_its_own_finished_wandb_run(tmp_path, data_root):
     assert ids[0] != ids[1]
 
 
-def readme_command(heading: str) -> list[str]:
-    """The overrides of the first `python train.py ...` code block after `heading` in README.md."""
-    text = (ROOT / "README.md").read_text()
+def documented_command(heading: str, page: str = "docs/scaling.md") -> list[str]:
+    """The overrides of the first `python train.py ...` code block after `heading` in `page`."""
+    text = (ROOT / page).read_text()
     block = text[text.index(heading) :].split("```")[1]
     return shlex.split(block.replace("\\\n", " "))[2:]  # past "python train.py"
 
 
-def test_readme_slurm_example_composes_to_what_it_says():
-    args = readme_command("A sweep on a SLURM cluster")
+def test_documented_slurm_example_composes_to_what_it_says():
+    args = documented_command("## A sweep on a SLURM cluster")
     assert args[0] == "-m" and "data.length=10,50,200" in args, args
     check_overrides(args, CONF)  # the command line's own check of every job, before anything is queued
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
