@@ -58,10 +58,10 @@ class MetricsWriter(ExperimentWriter):
 
     The probes make the file wide and sparse (~1,000 columns for a small model, most empty in a given row):
     Lightning's DictWriter visits every column of every row in Python, and opens the file at every save
-    (every logged step here): ~0.3 ms a step of the tiny model, more than most probes. Here a row is a copy of
+    (every logged step here): more than most probes cost a tiny model (docs/performance.md). Here a row is a copy of
     a blank row with its own keys filled in, appended to a file kept open and flushed at every save (a
     killed run keeps every row saved). Floats are written with 9 significant digits, which give back every
-    float32 exactly (what metrics are computed in) at a third of the cost of Python's 17."""
+    float32 exactly (what metrics are computed in), cheaper than Python's 17."""
 
     def __init__(self, log_dir: str):
         super().__init__(log_dir)
