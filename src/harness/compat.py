@@ -24,7 +24,7 @@ def _private(library: str, version: str, what: str, get: Callable):
 
 def lightning_logs_now(trainer) -> bool:
     """Whether Lightning writes this step's logged values (every log_every_n_steps, and the last step): a
-    self.log call costs ~0.1 ms a key whether or not it is written, so the module logs only when it is."""
+    self.log call costs about as much whether or not it is written, so the module logs only when it is."""
     import pytorch_lightning as pl
 
     return _private(

@@ -67,7 +67,7 @@ class NonFiniteGuard(pl.Callback):
         self.checked: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.named = list(pl_module.named_parameters())  # once: walking the module tree costs ~0.2 ms a step
+        self.named = list(pl_module.named_parameters())  # once: walking the module tree each step is not free
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batch = batch

@@ -18,7 +18,7 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
     One softmax and the passes over the vocabulary that read it (three amax, a dot product; a gather and a
     scatter of one entry a position): on every logged step, and on every step the logit-mass probe
-    (harness.probes.logits) logs. No max or argmax (on the CPU ~10x an amax) and no log-probabilities: the
+    (harness.probes.logits) logs. No max or argmax (on the CPU far slower than an amax) and no log-probabilities: the
     entropy is lse - E_p[logit], with the log-sum-exp from the top logit and its probability (>= 1/vocab, so
     never log 0); absolute error ~1e-7 x the logits' size."""
     with torch.no_grad():
@@ -99,7 +99,7 @@ class HarnessModule(pl.LightningModule):
     def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
         # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
         # Lightning write this step's metrics, so they are logged here, not in training_step; and only on the
-        # steps Lightning writes (every log_every_n_steps): a self.log call costs ~0.1 ms a key whether or not
+        # steps Lightning writes (every log_every_n_steps): a self.log call costs about as much whether or not
         # it is written, the statistics a pass over the logits.
         if not self.logs_now():
             return
