@@ -286,7 +286,8 @@ def test_joblib_jobs_run_in_parallel_on_one_fresh_data_root(tmp_path):
         "data.length=64",
         "data.size=20000",
         "n=1",
-        "mode.max_steps=3",
+        "mode.max_steps=200",  # with no target to stop at (0 above the floor), a job lasts longer than a
+        "mode.target_loss=0",  # worker takes to start: the two must overlap
         "preflight=false",
         cwd=tmp_path,
         data_root=root,
