@@ -22,12 +22,12 @@ from torch.utils.data import DataLoader
 from harness.faults import NonFiniteGuard
 from harness.loggers import build_loggers
 from harness.module import HarnessModule, position_stats
-from harness.probes.emit import MetricSink
-from harness.probes.gradients import LayerNorms, parameter_names
+from harness.plots import UNDERFLOW
+from harness.probes import ProbeSet
+from harness.probes.figures import grad_by_position_figure, legend_labels
 from harness.probes.histograms import summarize
-from harness.probes.plots import UNDERFLOW, grad_by_position_figure, legend_labels
+from harness.probes.norms import ParameterNorms, parameter_names
 from harness.probes.position import reach
-from harness.probes.probeset import ProbeSet
 from harness.run import run
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN
@@ -39,7 +39,7 @@ EVERY_5 = [
     "probes.datapoints.every=5",
     "probes.embeddings.every=5",
     "probes.grad_by_position.every=5",
-    "probes.layers.ratio_every=1",
+    "probes.norms.ratio_every=1",
 ]
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -262,7 +262,16 @@ def rnn_run(tmp_path_factory, data_root):
 
     every_3 = [
         f"probes.{p}.every=3"
-        for p in ("layers", "histograms", "logits", "datapoints", "embeddings", "grad_by_position", "reseed")
+        for p in (
+            "norms",
+            "dead",
+            "histograms",
+            "logits",
+            "datapoints",
+            "embeddings",
+            "grad_by_position",
+            "reseed",
+        )
     ]
     with pytest.MonkeyPatch.context() as patch:
         for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__float__"):
@@ -275,7 +284,7 @@ def rnn_run(tmp_path_factory, data_root):
             "data.length=24",
             "mode.max_steps=7",
             "probes.dead.patience=3",
-            "probes.layers.ratio_every=3",
+            "probes.norms.ratio_every=3",
             "probes.plots=false",
             *every_3,
         )
@@ -348,59 +357,63 @@ def test_probes_off_logs_none_of_it(tmp_path_factory, data_root):
     assert not list(run_dir.glob("*.png")) and not (run_dir / "datapoints.jsonl").exists()
 
 
-class GradRecorder(pl.Callback):
-    """Each step's gradient norms, taken by torch itself, apart from any probe (0 for a missing gradient)."""
+class NormRecorder(pl.Callback):
+    """Each step's gradient and weight norms, taken by torch itself where the optimizer reads them, apart from
+    any probe (0 for a missing gradient)."""
 
     def __init__(self):
-        self.norms: dict[int, dict[str, float]] = {}
+        self.grads: dict[int, dict[str, float]] = {}
+        self.weights: dict[int, dict[str, float]] = {}
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self.norms[trainer.global_step] = {
-            name: 0.0 if p.grad is None else p.grad.norm().item() for name, p in parameter_names(pl_module)
-        }
+        named = parameter_names(pl_module)
+        step = trainer.global_step
+        self.grads[step] = {n: 0.0 if p.grad is None else p.grad.norm().item() for n, p in named}
+        self.weights[step] = {n: p.detach().norm().item() for n, p in named}
 
 
-@pytest.mark.parametrize("guard_first", [True, False], ids=["norms-shared-with-the-guard", "norms-own"])
-def test_gradient_norms_are_each_parameters_own(tmp_path, monkeypatch, guard_first):
-    """The layer probe logs the non-finite guard's gradient norms when the guard ran first, else takes its own:
-    either way each is its own parameter's, a missing gradient (frozen, unused) included as 0."""
-    normed, foreach_norm = [], torch._foreach_norm  # how many tensors each norm call takes
-    monkeypatch.setattr(
-        torch, "_foreach_norm", lambda ts, *a, **k: normed.append(len(ts)) or foreach_norm(ts, *a, **k)
-    )
-    torch.manual_seed(0)
-    module = HarnessModule(UnusedParamRNN(vocab_size=8, d_model=8))
-    ids = torch.randint(0, 8, (4, 2, 7))
-    batches = [
-        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 6, dtype=torch.bool)}
-        for x in ids
-    ]
-    sink = MetricSink()
-    probes, guard, recorder = (
-        ProbeSet([LayerNorms(sink, every=1, patience=None), sink]),
-        NonFiniteGuard(),
-        GradRecorder(),
-    )
+def _fit(module: HarnessModule, callbacks: list, batches: list, logger, **trainer_args) -> pl.Trainer:
+    """Fit `module` on `batches` (one epoch, no validation unless `trainer_args` ask for it)."""
     trainer = pl.Trainer(
         max_steps=len(batches),
-        callbacks=[guard, probes, recorder] if guard_first else [probes, guard, recorder],
-        logger=build_loggers(OmegaConf.create({"name": "csv"}), tmp_path),
+        callbacks=callbacks,
+        logger=logger,
         log_every_n_steps=1,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        **{"limit_val_batches": 0, **trainer_args},
     )
-    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+    loader = DataLoader(batches, batch_size=None)
+    trainer.fit(module, train_dataloaders=loader, val_dataloaders=loader)
+    return trainer
+
+
+def _batches(vocab: int, steps: int) -> list[dict]:
+    ids = torch.randint(0, vocab, (steps, 2, 7))
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    return [{"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": mask} for x in ids]
+
+
+@pytest.mark.parametrize("guard_first", [True, False], ids=["norms-shared-with-the-guard", "norms-own"])
+def test_gradient_norms_are_each_parameters_own(tmp_path, guard_first):
+    """The norms probe logs the non-finite guard's gradient norms when the guard ran first, else takes its own:
+    either way each logged gradient and weight norm is torch's own norm of that parameter's tensor, a missing
+    gradient (frozen, unused) logged as 0 and counted in grad_norm/missing."""
+    torch.manual_seed(0)
+    module = HarnessModule(UnusedParamRNN(vocab_size=8, d_model=8))
+    probes, guard, recorder = ProbeSet([ParameterNorms(every=1)]), NonFiniteGuard(), NormRecorder()
+    callbacks = [guard, probes, recorder] if guard_first else [probes, guard, recorder]
+    _fit(module, callbacks, _batches(8, 4), build_loggers(OmegaConf.create({"name": "csv"}), tmp_path))
     rows = _rows(tmp_path)
-    assert sorted(recorder.norms) == list(range(len(batches)))
-    for step, expected in recorder.norms.items():
+    assert sorted(recorder.grads) == list(range(4))
+    for step, expected in recorder.grads.items():
         logged = {name: _by_step(rows, f"grad_norm/{name}")[step] for name in expected}
         assert logged == pytest.approx(expected, rel=1e-6), step
         assert logged["unused"] == 0.0 and logged["head.bias"] == 0.0
-    weights = len(list(module.parameters()))
-    grads = weights - 2  # `unused` and the frozen head.bias have none
-    # shared: the guard's gradient norms, then the probe's weight norms; else the probe takes both itself
-    assert normed == ([grads, weights] if guard_first else [grads + weights, grads]) * len(batches)
+        weights = {name: _by_step(rows, f"weight_norm/{name}")[step] for name in expected}
+        assert weights == pytest.approx(recorder.weights[step], rel=1e-6), step
+        assert _by_step(rows, "grad_norm/missing")[step] == 2.0  # `unused` and the frozen head.bias
 
 
 def test_position_stats_match_a_softmax_written_out():

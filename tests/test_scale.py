@@ -78,9 +78,8 @@ GRADIENTS = textwrap.dedent('''
 
     from harness.models import RNN
     from harness.module import HarnessModule
-    from harness.probes.emit import MetricSink
-    from harness.probes.gradients import LayerNorms
-    from harness.probes.probeset import ProbeSet
+    from harness.probes import ProbeSet
+    from harness.probes.norms import ParameterNorms
 
 
     class LocalGradient(pl.Callback):
@@ -103,8 +102,7 @@ GRADIENTS = textwrap.dedent('''
         out = sys.argv[1]
         torch.manual_seed(0)
         module = HarnessModule(RNN(vocab_size=9, d_model=8))
-        local, sink = LocalGradient(), MetricSink()
-        probes = ProbeSet([LayerNorms(sink, every=1, patience=None), sink])
+        local, probes = LocalGradient(), ProbeSet([ParameterNorms(every=1)])
         trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=1, callbacks=[local, probes],
                              logger=CSVLogger(out, name="", version=""), enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False)
@@ -121,6 +119,7 @@ GRADIENTS = textwrap.dedent('''
 def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
     """Lightning calls on_before_optimizer_step after backward, when DDP's all-reduce has finished: the probe's
     norm is that of the mean gradient over ranks, not of rank 0's own."""
+    pytest.importorskip("harness.probes", reason="a fork without src/harness/probes/ has no gradient probe")
     script = tmp_path / "ddp_gradients.py"
     script.write_text(GRADIENTS)
     result = subprocess.run(

@@ -63,7 +63,7 @@ class NonFiniteGuard(pl.Callback):
         self.batch = None
         self.named: list[tuple[str, torch.nn.Parameter]] = []
         # the gradients this step's check read and their norms, until the batch ends: the layer probe
-        # (harness.probes.gradients), which runs after the guard, logs them instead of taking them again
+        # (harness.probes.norms), which runs after the guard, logs them instead of taking them again
         self.checked: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def on_train_start(self, trainer, pl_module) -> None:

@@ -3,7 +3,8 @@
 matplotlib is used through `Figure` objects and the Agg canvas only: no pyplot, so no global figure registry
 and no GUI backend, whatever the process has configured. Log scales cannot show zero, and a gradient that
 underflowed to exactly zero is the finding, not a gap: zeros are drawn on a dotted line at the axis floor,
-labelled "0 (underflow)", with a ▼ marker."""
+labelled "0 (underflow)", with a ▼ marker: this module owns that marker (UNDERFLOW, log_lines_with_zeros), and
+a run's own figures (harness.probes.figures) draw it through here."""
 
 from __future__ import annotations
 
@@ -113,6 +114,21 @@ def _legend(ax, any_zero: bool) -> None:
         )
     if handles:
         ax.legend(handles=handles, fontsize=7)
+
+
+def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
+    """One line a series against its index on a log y axis, exact zeros on the floor with the ▼ marker and
+    UNDERFLOW in the legend, as the sweep's plots draw them: a run's own grad_by_position.png
+    (harness.probes.figures) is drawn through this."""
+    floor = _floor(v for values in series.values() for v in values)
+    any_zero = False
+    for i, (name, values) in enumerate(series.items()):
+        xs = list(range(len(values)))
+        any_zero |= _plot_with_zeros(
+            ax, xs, values, floor, color=f"C{i}", label=name, marker=".", markersize=3
+        )
+    _mark_floor(ax, floor, any_zero)
+    _legend(ax, any_zero)
 
 
 def grad_by_position(jobs, path: Path) -> Path:

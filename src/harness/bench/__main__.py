@@ -24,7 +24,14 @@ def main(names: list[str]) -> int:
     merged = json.loads(results.read_text()) if results.exists() else {}
     for name in names or BENCHMARKS:
         print(f"bench {name} ...", flush=True)
-        figures = importlib.import_module(f"harness.bench.{name}").main()
+        try:
+            benchmark = importlib.import_module(f"harness.bench.{name}")
+        except ModuleNotFoundError as err:  # the probes' benchmark in a fork that deleted harness.probes
+            if not (err.name or "").startswith("harness.probes"):
+                raise
+            print(f"  skipped: it needs {err.name}, which this project no longer has", flush=True)
+            continue
+        figures = benchmark.main()
         merged[name] = {
             "machine": machine(),
             "figures": {f: [value, met] for f, (value, met) in figures.items()},

@@ -7,24 +7,24 @@ verdict.json gets `grad_by_position: {"init": [float per position], "final": [..
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 
+from harness.probes.base import Probe, whole
 from harness.probes.datapoints import collate
-from harness.probes.emit import MetricSink, due, has_tracker, log_image, own_randomness
+from harness.probes.emit import has_tracker, log_image, own_randomness
 from harness.probes.position import input_grad_by_position, reach
 
 log = logging.getLogger(__name__)
 
 
-class GradByPosition(pl.Callback):
-    """`grad_by_position/reach` whenever it measures; the full profiles go to the verdict and the plot."""
+class GradByPosition(Probe):
+    """`grad_by_position/reach` whenever it measures (every `every` steps, on the first `examples` training
+    examples); the full profiles go to the verdict and the plot."""
 
-    def __init__(self, sink: MetricSink, data, run_dir: Path, every: int, examples: int, plots: bool = True):
-        self.sink, self.data, self.run_dir = sink, data, Path(run_dir)
-        self.every, self.examples, self.plots = every, examples, plots
+    def __init__(self, every: int | None = 100, examples: int = 4):
+        super().__init__(every)
+        self.examples = whole("examples", examples, 1, "training examples in the fixed batch (try 4)")
         self.profiles: dict[int, list[float]] = {}  # step -> norm per position
         self.init: list[float] | None = None
         self.final: list[float] | None = None
@@ -36,29 +36,29 @@ class GradByPosition(pl.Callback):
                 "grad_by_position probe off: the model has no `token_embedding` (see docs/contracts.md, Model)"
             )
             return
-        self.batch = collate(self.data.train_dataset, self.examples)
+        self.batch = collate(self.run.data.train_dataset, self.examples)
         self.init = self.measure(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step > 0 and due(trainer.global_step, self.every):
+        if trainer.global_step > 0 and self.due(trainer.global_step):
             self.measure(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.batch is None or not trainer.is_global_zero:
             return
         self.final = self.measure(trainer, pl_module)
-        tracker = has_tracker(trainer)
-        if not (self.plots or tracker):
+        tracker, path = has_tracker(trainer), self.run.file("grad_by_position.png", plot=True)
+        if not (path or tracker):
             return
-        from harness.probes.plots import grad_by_position_figure, save, to_rgb
+        from harness.probes.figures import grad_by_position_figure, save, to_rgb
 
         earlier = sorted(step for step in self.profiles if step != trainer.global_step)
         shown = earlier[:1] + earlier[1:][:: max(1, len(earlier[1:]) // 4)]  # init and about 4 more: readable
         series = {("init" if i == 0 else f"step {step}"): self.profiles[step] for i, step in enumerate(shown)}
         series["final"] = self.final
         figure = grad_by_position_figure(series)
-        if self.plots:
-            save(figure, self.run_dir / "grad_by_position.png")
+        if path:
+            save(figure, path)
         if tracker:
             log_image(trainer, "grad_by_position", to_rgb(figure), trainer.global_step)
 

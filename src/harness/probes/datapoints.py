@@ -9,14 +9,13 @@ U+2400 control pictures); a tokenizer's padding id, if it has one, as '░'. Axe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from harness.probes.emit import due, log_table, own_randomness
+from harness.probes.base import Probe, due, whole
+from harness.probes.emit import log_table, own_randomness
 
 MASKED, PADDING = "·", "░"
 VISIBLE = {"\n": "⏎", "\t": "⇥", "\r": "␍", "\x7f": "␡"}
@@ -61,24 +60,28 @@ def greedy(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tenso
     return ids[:, prompt.shape[1] :]
 
 
-class Datapoints(pl.Callback):
+class Datapoints(Probe):
     """Every `every` steps (and once at the end): the first `examples` training and validation examples,
-    decoded. With `prompts` > 0 (mode=full on text), every `generate_every` steps (and at the end) greedy
-    continuations of `tokens` characters too."""
+    decoded, to `datapoints.jsonl` in the run dir. In mode=full on text (a language-modelling dataset), every
+    `generate_every` steps (and at the end) greedy continuations of `prompts` prompts, `tokens` characters
+    each, too."""
 
     def __init__(
         self,
-        data,
-        run_dir: Path,
-        every: int,
-        examples: int,
-        prompts: int = 0,
-        tokens: int = 0,
+        every: int | None = 100,
+        examples: int = 4,
+        prompts: int = 3,
+        tokens: int = 32,
         generate_every: int = 500,
     ):
-        self.data, self.path = data, Path(run_dir) / "datapoints.jsonl"
-        self.every, self.examples, self.prompts, self.tokens = every, examples, prompts, tokens
-        self.generate_every = generate_every
+        super().__init__(every)
+        self.examples = whole("examples", examples, 1, "examples shown of each split (try 4)")
+        self.asked = whole("prompts", prompts, 0, "greedy continuations in mode=full on text (0: none)")
+        self.tokens = whole("tokens", tokens, 0, "characters each continuation adds (try 32)")
+        self.generate_every = whole(
+            "generate_every", generate_every, 1, "steps between continuations (try 500)"
+        )
+        self.prompts = 0  # `asked` where the run generates (on_train_start)
         self.batches: dict[str, dict[str, torch.Tensor]] = {}
         self.batch: dict[str, torch.Tensor] = {}
         self.rows: list[tuple[str, int]] = []
@@ -86,8 +89,11 @@ class Datapoints(pl.Callback):
         self.texts: list[str] = []
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.texts = token_texts(self.data.tokenizer)
-        train, val = self.data.train_dataset, self.data.val_dataset
+        data = self.run.data
+        self.texts = token_texts(data.tokenizer)
+        train, val = data.train_dataset, data.val_dataset
+        text = getattr(train, "task", None) == "lm"
+        self.prompts = self.asked if text and not self.run.overfit else 0
         self.batches = {"train": collate(train, self.examples)}
         # overfit mode validates on the training examples: shown once
         if val is not None and val is not train and len(val):
@@ -100,13 +106,9 @@ class Datapoints(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
-        if due(step, self.every) or due(step, self.generate_every if self.prompts else None):
+        if self.due(step) or due(step, self.generate_every if self.prompts else None):
             self.dump(
-                trainer,
-                pl_module,
-                step,
-                examples=due(step, self.every),
-                generate=due(step, self.generate_every),
+                trainer, pl_module, step, examples=self.due(step), generate=due(step, self.generate_every)
             )
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -131,10 +133,13 @@ class Datapoints(pl.Callback):
                     rows += self.continue_prompts(model, device, step)
         finally:
             model.train(was_training)
-        with self.path.open("a") as f:
-            f.writelines(
-                json.dumps(dict(zip(COLUMNS, row, strict=True)), ensure_ascii=False) + "\n" for row in rows
-            )
+        path = self.run.file("datapoints.jsonl")
+        if path is not None:
+            with path.open("a") as f:
+                f.writelines(
+                    json.dumps(dict(zip(COLUMNS, row, strict=True)), ensure_ascii=False) + "\n"
+                    for row in rows
+                )
         log_table(trainer, "datapoints", COLUMNS, rows, step)
 
     def predict(self, model, device: torch.device, step: int) -> list[list]:

@@ -5,13 +5,12 @@ last projection is saved as `embeddings.png` in the run dir. Axes: vocab tokens,
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 
+from harness.probes.base import Probe
 from harness.probes.datapoints import visible
-from harness.probes.emit import MetricSink, due, has_tracker, log_image
+from harness.probes.emit import has_tracker, log_image
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +28,27 @@ def project(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return coords, variance[:2] / variance.sum().clamp_min(torch.finfo(variance.dtype).tiny)
 
 
-class Embeddings(pl.Callback):
+class Embeddings(Probe):
     """`embeddings/explained_1|2` every `every` steps (and at the end), the scatter to the trackers, and (with
-    `plots`) the final one as `run_dir/embeddings.png`."""
+    plots on) the final one as `embeddings.png` in the run dir."""
 
-    def __init__(self, sink: MetricSink, tokenizer, run_dir: Path, every: int, plots: bool = True):
-        self.sink, self.tokenizer, self.run_dir, self.every = sink, tokenizer, Path(run_dir), every
-        self.plots = plots
+    def __init__(self, every: int | None = 50):
+        super().__init__(every)
         self.last: tuple | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if due(trainer.global_step, self.every):
+        if self.due(trainer.global_step):
             self.snapshot(trainer, pl_module, trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.last is None or self.last[0] != trainer.global_step:
             self.snapshot(trainer, pl_module, trainer.global_step)
-        if trainer.is_global_zero and self.plots and self.last is not None:
-            from harness.probes.plots import embedding_figure, save
+        path = self.run.file("embeddings.png", plot=True)
+        if trainer.is_global_zero and path and self.last is not None:
+            from harness.probes.figures import embedding_figure, save
 
             step, coords, labels, explained = self.last
-            save(embedding_figure(coords, labels, step, explained), self.run_dir / "embeddings.png")
+            save(embedding_figure(coords, labels, step, explained), path)
 
     @torch.no_grad()
     def snapshot(self, trainer, pl_module, step: int) -> None:
@@ -58,10 +57,11 @@ class Embeddings(pl.Callback):
             return
         coords, explained = project(embedding.weight)
         coords, explained = coords.tolist(), explained.tolist()
-        labels = [visible(self.tokenizer.decode([i])) for i in range(len(coords))]
+        tokenizer = self.run.data.tokenizer
+        labels = [visible(tokenizer.decode([i])) for i in range(len(coords))]
         self.last = (step, coords, labels, explained)
         self.sink.add(step, {"embeddings/explained_1": explained[0], "embeddings/explained_2": explained[1]})
         if has_tracker(trainer):
-            from harness.probes.plots import embedding_figure, to_rgb
+            from harness.probes.figures import embedding_figure, to_rgb
 
             log_image(trainer, "embeddings", to_rgb(embedding_figure(coords, labels, step, explained)), step)

@@ -11,6 +11,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
+from harness.compat import tensorboard_file_writer
+
 log = logging.getLogger(__name__)
 
 #: wandb's x-axis for everything the harness logs (WandbLogger defines it as the step metric)
@@ -21,8 +23,8 @@ class MetricSink(pl.Callback):
     """Gathers the scalars the probes compute during a step and hands them to the loggers as one row.
 
     One `log_metrics` call per logger per step keeps metrics.csv to one probe row a step (instead of one a
-    probe) and costs a few microseconds; `LightningModule.log` would cost tens per key. It comes after the
-    probes (last in the ProbeSet): it flushes at the end of each batch and of training."""
+    probe) and costs a few microseconds; `LightningModule.log` would cost tens per key. The ProbeSet owns it
+    and runs it after the probes: it flushes at the end of each batch and of training."""
 
     def __init__(self):
         self.pending: dict[int, dict[str, float]] = {}
@@ -47,11 +49,6 @@ class MetricSink(pl.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.flush(trainer)
-
-
-def due(step: int, every: int | None) -> bool:
-    """Whether a probe logging every `every` steps (None: never) logs at `step` (step 0 included)."""
-    return every is not None and step % every == 0
 
 
 @contextlib.contextmanager
@@ -87,7 +84,7 @@ def log_scalars(writer, metrics: dict[str, float], step: int) -> None:
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     values = [Summary.Value(tag=tag, simple_value=value) for tag, value in metrics.items()]
-    writer._get_file_writer().add_summary(Summary(value=values), step)  # SummaryWriter's own file writer
+    tensorboard_file_writer(writer).add_summary(Summary(value=values), step)
 
 
 def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) -> None:
@@ -112,7 +109,7 @@ def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) 
             )
             for tag, h in histograms.items()
         ]
-        writer._get_file_writer().add_summary(Summary(value=values), step)
+        tensorboard_file_writer(writer).add_summary(Summary(value=values), step)
     if run is not None:
         import wandb
 
@@ -128,7 +125,7 @@ def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) 
 
 
 def log_image(trainer: pl.Trainer, tag: str, image, step: int) -> None:
-    """`image`: uint8 array [height, width, rgb] (see plots.to_rgb)."""
+    """`image`: uint8 array [height, width, rgb] (see figures.to_rgb)."""
     writer, run = tensorboard(trainer), wandb_run(trainer)
     if writer is not None:
         writer.add_image(tag, image, global_step=step, dataformats="HWC")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 
-import pytorch_lightning as pl
 import torch
 from einops import rearrange
 
-from harness.probes.emit import MetricSink, due, has_tracker, log_histograms
-from harness.probes.gradients import parameter_names
+from harness.probes.base import Probe, whole
+from harness.probes.emit import has_tracker, log_histograms
+from harness.probes.norms import parameter_names
 
 STATS = ("min", "max", "mean", "std", "zero_frac")
 
@@ -55,13 +55,14 @@ def summarize(tensors: list[torch.Tensor], bins: int | None) -> torch.Tensor:
     return torch.cat([columns, rearrange(counts, "param bin -> param bin"), edges], dim=1)
 
 
-class Histograms(pl.Callback):
+class Histograms(Probe):
     """Every `every` steps, at the point the optimizer reads the gradients: `grad_stats/<param>/<stat>` and
     `weight_stats/<param>/<stat>` for every logger, `grad_hist/<param>` and `weight_hist/<param>` histograms
     for TensorBoard and wandb."""
 
-    def __init__(self, sink: MetricSink, every: int, bins: int):
-        self.sink, self.every, self.bins = sink, every, bins
+    def __init__(self, every: int | None = 10, bins: int = 64):
+        super().__init__(every)
+        self.bins = whole("bins", bins, 1, "buckets per histogram (try 64)")
         self.named: list = []
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -70,7 +71,7 @@ class Histograms(pl.Callback):
     @torch.no_grad()
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or not due(step, self.every):
+        if not trainer.is_global_zero or not self.due(step):
             return
         entries = [("grad", name, p.grad) for name, p in self.named if p.grad is not None and p.numel()]
         entries += [("weight", name, p.detach()) for name, p in self.named if p.numel()]

@@ -7,13 +7,12 @@ memorizes (practice P1: "visibly move from spread-out to concentrated"). Axes: b
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 
 from harness.module import step_stats
-from harness.probes.emit import MetricSink, due, has_tracker, log_image
+from harness.probes.base import Probe
+from harness.probes.emit import has_tracker, log_image
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +28,12 @@ def logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool) 
     return torch.cat([overall, sums[0] / counts.clamp_min(1)]) if per_example else overall
 
 
-class LogitMass(pl.Callback):
-    """`logit/p_correct`, `logit/entropy`, `logit/top1` every `every` steps; with `per_example` also
-    `logit/p_correct/example_<i>`, and (with `plots`) `p_correct.png` in `run_dir` at the end of training."""
+class LogitMass(Probe):
+    """`logit/p_correct`, `logit/entropy`, `logit/top1` every `every` steps; in overfit mode also
+    `logit/p_correct/example_<i>`, and (with plots on) `p_correct.png` in the run dir at the end of training."""
 
-    def __init__(self, sink: MetricSink, every: int, per_example: bool, run_dir: Path, plots: bool = True):
-        self.sink, self.every, self.per_example, self.run_dir = sink, every, per_example, Path(run_dir)
-        self.plots = plots
+    def __init__(self, every: int | None = 1):
+        super().__init__(every)
         self.history: list[tuple[int, list[float], float, float]] = []  # step, p per example, entropy, top1
         self.warned = False
         self.step = 0
@@ -46,7 +44,7 @@ class LogitMass(pl.Callback):
     @torch.no_grad()
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = self.step
-        if not trainer.is_global_zero or not due(step, self.every):
+        if not trainer.is_global_zero or not self.due(step):
             return
         logits = outputs.get("logits") if isinstance(outputs, dict) else None
         if logits is None:
@@ -56,22 +54,23 @@ class LogitMass(pl.Callback):
                 )
                 self.warned = True
             return
-        values = logit_mass(step_stats(outputs, batch), batch["loss_mask"], self.per_example).tolist()
+        per_example = self.run.overfit
+        values = logit_mass(step_stats(outputs, batch), batch["loss_mask"], per_example).tolist()
         metrics = {"logit/p_correct": values[0], "logit/entropy": values[1], "logit/top1": values[2]}
-        per_example = values[3:]
-        metrics.update({f"logit/p_correct/example_{i}": p for i, p in enumerate(per_example)})
+        examples = values[3:]
+        metrics.update({f"logit/p_correct/example_{i}": p for i, p in enumerate(examples)})
         self.sink.add(step, metrics)
-        if self.per_example:
-            self.history.append((step, per_example, values[1], values[2]))
+        if per_example:
+            self.history.append((step, examples, values[1], values[2]))
 
     def on_train_end(self, trainer, pl_module) -> None:
-        tracker = has_tracker(trainer)
-        if not (trainer.is_global_zero and self.per_example and self.history and (self.plots or tracker)):
+        tracker, path = has_tracker(trainer), self.run.file("p_correct.png", plot=True)
+        if not (trainer.is_global_zero and self.history and (path or tracker)):
             return
-        from harness.probes.plots import p_correct_figure, save, to_rgb
+        from harness.probes.figures import p_correct_figure, save, to_rgb
 
         figure = p_correct_figure(self.history)
-        if self.plots:
-            save(figure, self.run_dir / "p_correct.png")
+        if path:
+            save(figure, path)
         if tracker:
             log_image(trainer, "logit/p_correct_per_example", to_rgb(figure), trainer.global_step)

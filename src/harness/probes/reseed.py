@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import hashlib
 
-import pytorch_lightning as pl
 import torch
 
-from harness.probes.emit import MetricSink, due
+from harness.probes.base import Probe
 
 
 def batch_digest(batch: dict) -> str:
@@ -39,19 +38,19 @@ def short(hexdigest: str) -> float:
     return float(int(hexdigest[:6], 16))
 
 
-class ReseedProof(pl.Callback):
-    """Logs `reseed/batch_hash`, `reseed/rng_hash` and `reseed/same_as_first` (1 or 0) every `every` steps
-    when `active` (overfit mode). verdict.json: `inputs_identical`, true when every hashed step matched the
-    first, null when not active."""
+class ReseedProof(Probe):
+    """Logs `reseed/batch_hash`, `reseed/rng_hash` and `reseed/same_as_first` (1 or 0) every `every` steps in
+    overfit mode (only it re-seeds). verdict.json: `inputs_identical`, true when every hashed step matched the
+    first, null in mode=full."""
 
-    def __init__(self, sink: MetricSink, every: int, active: bool):
-        self.sink, self.every, self.active = sink, every, active
+    def __init__(self, every: int | None = 1):
+        super().__init__(every)
         self.first: tuple[str, str] | None = None
         self.identical = True
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
-        if not (self.active and trainer.is_global_zero and due(step, self.every)):
+        if not (self.run.overfit and trainer.is_global_zero and self.due(step)):
             return
         # the host copy this step's logging costs
         hashes = (batch_digest(batch), rng_digest(pl_module.device))
@@ -67,4 +66,4 @@ class ReseedProof(pl.Callback):
         )
 
     def verdict_items(self) -> dict:
-        return {"inputs_identical": self.identical if self.active and self.first is not None else None}
+        return {"inputs_identical": self.identical if self.run.overfit and self.first is not None else None}

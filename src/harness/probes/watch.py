@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import logging
 
-import pytorch_lightning as pl
 from pytorch_lightning.loggers import WandbLogger
+
+from harness.probes.base import Probe, whole
 
 log = logging.getLogger(__name__)
 
 
-class WandbWatch(pl.Callback):
-    """Calls wandb.watch on the model at the start of fit when the wandb logger is active (else warns)."""
+class WandbWatch(Probe):
+    """Calls wandb.watch(model, log=`log`, log_freq=`every`) at the start of fit when the wandb logger is
+    active (else warns)."""
 
-    def __init__(self, log_what: str = "all", log_freq: int = 10):
-        self.log_what, self.log_freq = log_what, log_freq
+    def __init__(self, every: int = 10, log: str = "all"):
+        super().__init__(whole("every", every, 1, "wandb.watch's log_freq, steps between two logs (try 10)"))
+        self.log = log
         self.watched = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -30,7 +33,7 @@ class WandbWatch(pl.Callback):
 
             logger.experiment  # noqa: B018 -- starts the wandb run that wandb.watch attaches to
             self.watched = pl_module.model
-            wandb.watch(self.watched, log=self.log_what, log_freq=self.log_freq)
+            wandb.watch(self.watched, log=self.log, log_freq=self.every)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.watched is not None:

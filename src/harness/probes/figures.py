@@ -1,12 +1,12 @@
-"""The probes' figures. matplotlib is imported here only, and only when a figure is made; figures are drawn
-on the Agg canvas directly (no pyplot: no global figure registry, no GUI backend)."""
+"""A run's figures, drawn by the probes: p_correct.png, embeddings.png, grad_by_position.png (the sweep's
+are harness.plots, which owns the underflow marker both draw). matplotlib is imported only when a figure is
+made; figures are drawn on the Agg canvas directly (no pyplot: no global figure registry, no GUI backend)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-UNDERFLOW = "0 (underflow)"
+from harness.plots import log_lines_with_zeros
 
 
 def figure(width: float = 6.0, height: float = 4.0):
@@ -74,33 +74,12 @@ def embedding_figure(coords: list[list[float]], labels: list[str], step: int, ex
 def grad_by_position_figure(series: dict[str, list[float]]):
     """‖∂L/∂e_t‖ against position t, log scale, one line per series (e.g. "init", "step 50", "final").
 
-    A norm that underflowed to exactly 0 has no place on a log axis: it is drawn as a marker at the bottom
-    of the axis, labelled "0 (underflow)", rather than dropped."""
+    A norm that underflowed to exactly 0 has no place on a log axis: it is drawn as a marker on the axis
+    floor, labelled "0 (underflow)" (harness.plots.UNDERFLOW), rather than dropped."""
     fig = figure(7, 4)
     ax = fig.subplots()
-    positive = [v for values in series.values() for v in values if v > 0 and math.isfinite(v)]
-    bottom = min(positive) / 10 if positive else 1e-45
-    zero_labelled = False
-    for name, values in series.items():
-        positions = list(range(len(values)))
-        line = ax.plot(
-            positions, [v if v > 0 else math.nan for v in values], label=name, marker=".", markersize=3
-        )
-        zeros = [t for t, v in zip(positions, values, strict=True) if v == 0]
-        if zeros:
-            ax.plot(
-                zeros,
-                [bottom] * len(zeros),
-                linestyle="none",
-                marker="v",
-                color=line[0].get_color(),
-                label=None if zero_labelled else UNDERFLOW,
-            )
-            zero_labelled = True
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=bottom / 2)
+    log_lines_with_zeros(ax, series)
     ax.set(xlabel="position t", ylabel="‖∂L/∂e_t‖ (log)", title="gradient of the loss by input position")
-    ax.legend(loc="upper left", fontsize="small")
     return fig
 
 

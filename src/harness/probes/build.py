@@ -1,0 +1,119 @@
+"""The probes of a run, built from the `probes` config node (conf/probes/default.yaml) by one loop: every
+entry with a `_target_`, a built-in probe or a fork's own (beside the built-ins or under `extra`), is built
+by Hydra the same way. harness.run knows only the node's own `_target_`, `from_config`.
+
+An entry's keys are its class's arguments, plus two the builder reads: `full` (also built in mode=full;
+default true) and `enabled` (false leaves it out; default true). A `Probe` runs inside the one ProbeSet
+callback; any other Lightning Callback runs as a callback of its own."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.config import build
+from harness.errors import ConfigError
+from harness.probes.base import Probe, RunInfo
+from harness.probes.probeset import ProbeSet, undispatched
+
+log = logging.getLogger(__name__)
+
+#: keys of the `probes` node that are settings of the whole, not probe entries
+SETTINGS = ("enabled", "plots", "wandb_watch", "extra")
+#: old name -> new name of an entry: `probes.<old>.<key>=V` still works, mapped onto `probes.<new>.<key>`
+ALIASES = {"layers": "norms"}
+#: keys of an entry that the builder reads, not passed to the probe
+BUILDER_KEYS = ("full", "enabled")
+
+
+def from_config(run_dir: Path, data, overfit: bool, **sections) -> list[pl.Callback]:
+    """build_probes for the `probes` config node, which names this function as its `_target_`."""
+    return build_probes(OmegaConf.create(sections), run_dir=run_dir, data=data, overfit=overfit)
+
+
+def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl.Callback]:
+    """The probes `cfg` (the `probes` config node) turns on for this run: every Probe in one ProbeSet callback
+    (cheaper than one callback a probe), then the plain callbacks; [] when off. `data`: the set-up
+    datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit, which turns every probe on."""
+    if not cfg.get("enabled", True):
+        return []
+    cfg = with_aliases(cfg)
+    entries = [(f"probes.{name}", node) for name, node in cfg.items() if is_entry(name)]
+    entries += [(f"probes.extra.{name}", node) for name, node in (cfg.get("extra") or {}).items()]
+    probes, callbacks = [], []
+    for key, node in entries:
+        built = build_entry(key, node, overfit)
+        if isinstance(built, Probe):
+            probes.append(built)
+        elif built is not None:
+            callbacks.append(built)
+    run_dir = None if run_dir is None else Path(run_dir)
+    run = RunInfo(run_dir=run_dir, data=data, overfit=overfit, plots=bool(cfg.get("plots", True)))
+    return [ProbeSet(probes, run), *callbacks] if probes else callbacks
+
+
+def is_entry(name: str) -> bool:
+    """Whether the key `name` of the `probes` node may hold a probe (not a setting, an alias or `_target_`)."""
+    return not name.startswith("_") and name not in SETTINGS and name not in ALIASES
+
+
+def with_aliases(cfg: DictConfig) -> DictConfig:
+    """`cfg` with each value given under an old entry name (ALIASES; null: not given) moved to the new one,
+    with a one-line warning naming both."""
+    given = {
+        old: {k: v for k, v in (cfg.get(old) or {}).items() if v is not None} for old in ALIASES if old in cfg
+    }
+    if not any(given.values()):
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        for old, values in given.items():
+            if values and not isinstance(cfg.get(ALIASES[old]), DictConfig):
+                raise ConfigError(
+                    f"probes.{old}", dict(values), f"maps onto probes.{ALIASES[old]}, which is off"
+                )
+            for key, value in values.items():
+                log.warning(
+                    "probes.%s.%s is the old name of probes.%s.%s (it still works; use the new one)",
+                    old,
+                    key,
+                    ALIASES[old],
+                    key,
+                )
+                cfg[ALIASES[old]][key] = value
+    return cfg
+
+
+def build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
+    """The callback the entry at `key` builds, or None where it is off (`enabled: false`, `full: false` in
+    mode=full, or the entry set to null). A mistake in it is a one-line ConfigError naming the key."""
+    if node is None:
+        return None
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        raise ConfigError(key, node, "give {_target_: package.module.YourProbe, ...its arguments}")
+    for flag in BUILDER_KEYS:
+        if not isinstance(node.get(flag, True), bool):
+            raise ConfigError(f"{key}.{flag}", node[flag], "must be true or false")
+    if not node.get("enabled", True) or not (overfit or node.get("full", True)):
+        return None
+    spec = OmegaConf.masked_copy(node, [k for k in node if k not in BUILDER_KEYS])
+    try:
+        probe = build(spec, key)
+    except ConfigError as err:  # an argument the probe refused, named by the probe itself: name it in full
+        if err.key.startswith("probes."):
+            raise
+        raise ConfigError(f"{key}.{err.key}", err.value, err.fix) from None
+    if not isinstance(probe, pl.Callback):
+        raise ConfigError(key, node._target_, "is not a pytorch_lightning Callback; a probe must be one")
+    if isinstance(probe, Probe) and (refused := undispatched(probe)):
+        raise ConfigError(
+            key,
+            node._target_,
+            f"overrides {', '.join(refused)}, which the probes' one callback cannot call for it: subclass "
+            "pl.Callback instead of harness.probes.Probe (it then runs as a callback of its own)",
+        )
+    return probe

@@ -1,0 +1,114 @@
+"""Per-parameter gradient norm (+ the total), weight norm and update ratio ‖Δw‖/‖w‖: `ParameterNorms`.
+
+Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
+optimizer is about to use. The gradient norms are the non-finite guard's, which has just taken them, when the
+harness runs one (`gradient_norms`, shared with the dead-gradient sentinel, dead.py); the weights' come from
+one `torch._foreach_norm` call, and the step's numbers reach the host in one transfer, on logging steps only.
+(A norm is taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to
+zero under flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
+
+Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
+
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+from einops import rearrange
+from torch import nn
+
+from harness.faults import NonFiniteGuard
+from harness.probes.base import Probe, due, whole
+
+
+def parameter_names(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) for every parameter, frozen ones included, without the LightningModule's "model."."""
+    named = list(module.named_parameters())
+    prefix = "model." if named and all(name.startswith("model.") for name, _ in named) else ""
+    return [(name[len(prefix) :], p) for name, p in named]
+
+
+def find_guard(trainer: pl.Trainer) -> NonFiniteGuard | None:
+    """The harness's non-finite guard among the trainer's callbacks, if it runs one: its norms are reused."""
+    return next((cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard)), None)
+
+
+def gradient_norms(
+    params: list[nn.Parameter], guard: NonFiniteGuard | None
+) -> tuple[list[torch.Tensor], int]:
+    """(the norm of each parameter's gradient, a 0-dim tensor on the device, 0 where it has none; how many
+    have none). The guard's norms of these very gradients when it has taken them this step (it runs before
+    the probes), else one `torch._foreach_norm` call."""
+    grads = [p.grad for p in params]
+    present = [g for g in grads if g is not None]
+    checked, checked_norms = guard.checked if guard is not None else ([], [])
+    if len(checked) == len(present) and all(a is b for a, b in zip(checked, present, strict=True)):
+        norms = list(checked_norms)
+    else:
+        norms = list(torch._foreach_norm(present)) if present else []
+    if len(present) < len(grads):  # a missing gradient: norm 0, counted
+        found, zero = iter(norms), torch.zeros((), device=params[0].device)
+        norms = [zero if g is None else next(found) for g in grads]
+    return norms, len(grads) - len(present)
+
+
+class ParameterNorms(Probe):
+    """Every `every` steps: `grad_norm/<param>`, `grad_norm/total`, `grad_norm/missing` (how many parameters
+    have no gradient; their norm shows as 0) and `weight_norm/<param>`, both read where the optimizer reads them
+    (before its update). On logging steps that are multiples of `ratio_every`: `update_ratio/<param>` =
+    ‖Δw‖/‖w‖ of that step's update (it needs a copy of the weights, hence its own period)."""
+
+    def __init__(self, every: int | None = 1, ratio_every: int | None = 10):
+        super().__init__(every)
+        hint = "steps between update ratios (try 10)"
+        self.ratio_every = whole("ratio_every", ratio_every, 1, hint, optional=True)
+        self.pending: tuple | None = None
+        self.params: list[nn.Parameter] = []
+        self.guard: NonFiniteGuard | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.guard = find_guard(trainer)
+        named = parameter_names(pl_module)
+        self.params = [p for _, p in named]
+        self.grad_keys = [f"grad_norm/{name}" for name, _ in named]
+        self.weight_keys = [f"weight_norm/{name}" for name, _ in named]
+        self.ratio_keys = [f"update_ratio/{name}" for name, _ in named]
+        # the weights before an update-ratio step's update, refilled in place on those steps only
+        self.before = [torch.empty_like(p).detach() for p in self.params] if self.ratio_every else []
+
+    @torch.no_grad()
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        step = trainer.global_step
+        if not self.params or not trainer.is_global_zero or not self.due(step):
+            return  # nothing logged: nothing computed, no sync
+        grad_norms, missing = gradient_norms(self.params, self.guard)
+        norms = rearrange([*grad_norms, *torch._foreach_norm(self.params)], "param -> param").float()
+        ratio_now = due(step, self.ratio_every)
+        if ratio_now:
+            torch._foreach_copy_(self.before, self.params)
+        self.pending = (step, norms, missing, ratio_now)
+
+    @torch.no_grad()
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.pending is None:
+            return
+        step, norms, missing, ratio_now = self.pending
+        self.pending = None
+        parts = [norms]
+        if ratio_now:
+            torch._foreach_sub_(self.before, self.params)  # before - after = -Δw, in place: no allocation
+            parts.append(rearrange(list(torch._foreach_norm(self.before)), "param -> param").float())
+        packed = torch.cat(parts).tolist()  # the step's one transfer
+        count = len(self.params)
+        grad, weight = packed[:count], packed[count : 2 * count]
+        metrics = dict(zip(self.grad_keys, grad, strict=True))
+        metrics.update(zip(self.weight_keys, weight, strict=True))
+        metrics["grad_norm/total"] = math.sqrt(math.fsum(g * g for g in grad))
+        metrics["grad_norm/missing"] = float(missing)
+        if ratio_now:
+            # ‖Δw‖/‖w‖ is undefined for an all-zero tensor (a zero-initialized bias before its first update): nan
+            update = packed[2 * count :]
+            ratios = [u / w if w else math.nan for u, w in zip(update, weight, strict=True)]
+            metrics.update(zip(self.ratio_keys, ratios, strict=True))
+        self.sink.add(step, metrics)

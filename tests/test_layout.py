@@ -1,0 +1,61 @@
+"""The project's layout: parts a fork may delete take nothing else with them.
+
+The probes are one such part (src/harness/probes/, conf/probes/, their tests test_probes.py and test_probe_plumbing.py): the config names
+their group as optional, harness.run builds them through the config's `_target_` alone, and no other module
+or test imports them at module level. A copy of the project without them trains to PASS and its test suite
+still collects."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_command
+
+#: what a fork deletes to drop the probes
+PROBES = ("src/harness/probes", "conf/probes", "tests/test_probes.py", "tests/test_probe_plumbing.py")
+
+
+def project_copy(destination: Path, without: tuple[str, ...]) -> Path:
+    """The project's files as git sees them (tracked, and untracked ones it does not ignore) copied to
+    `destination`, less the paths `without`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file() and not any(name == w or name.startswith(f"{w}/") for w in without):
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination
+
+
+@pytest.mark.slow  # ~25 s: a train.py run and a collection of the whole suite, each in a fresh interpreter
+def test_a_fork_without_the_probes_trains_and_collects(tmp_path, data_root):
+    fork = project_copy(tmp_path / "fork", without=PROBES)
+    assert not (fork / "src" / "harness" / "probes").exists() and (fork / "train.py").is_file()
+    env = {"PYTHONPATH": str(fork / "src")}  # the copy's package, not the one installed from this checkout
+    where = run_command(sys.executable, "-c", "import harness; print(harness.__file__)", cwd=fork, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(fork), where.stdout + where.stderr
+
+    run_dir = tmp_path / "run"
+    command = ["train.py", "mode=overfit", "n=1", "data.length=8", f"data.root={data_root}"]
+    result = run_command(sys.executable, *command, f"hydra.run.dir={run_dir}", cwd=fork, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["status"] == "PASS", verdict
+    probe_items = {"dead_params", "grad_by_position", "reach_init", "reach_final", "inputs_identical"}
+    assert not probe_items & set(verdict), verdict
+    assert not list(run_dir.glob("*.png")) and not (run_dir / "datapoints.jsonl").exists()
+
+    collected = run_command(sys.executable, "-m", "pytest", "--collect-only", "-q", cwd=fork, env=env)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    assert "error" not in collected.stdout.lower().splitlines()[-1], collected.stdout[-3000:]
