@@ -341,13 +341,12 @@ def assert_ladder_passes(verdicts: dict[str, dict], jobs: int) -> None:
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.slow
-def test_overfit_ladder_on_hf_architectures(tmp_path, data_root):
-    """gpt2, llama and qwen2, n = 1, 2, 5, synthetic and text: 18 jobs, every one PASS with a clean preflight."""
+def ladder(tmp_path, data_root, *models: str, jobs: int) -> dict[str, dict]:
+    """The overfit ladder (n = 1, 2, 5, synthetic and text) of `models` (overrides) as one sweep through the
+    real train.py: every job must PASS with a clean preflight. Returns the verdicts."""
     result = train(
         "-m",
-        "model=hf",
-        "model.arch=gpt2,llama,qwen2",
+        *models,
         "n=1,2,5",
         "data=synthetic,text",
         *QUICK,
@@ -357,7 +356,14 @@ def test_overfit_ladder_on_hf_architectures(tmp_path, data_root):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     verdicts = sweep_verdicts(tmp_path / "sweep")
-    assert_ladder_passes(verdicts, 18)
+    assert_ladder_passes(verdicts, jobs)
+    return verdicts
+
+
+@pytest.mark.slow
+def test_overfit_ladder_on_hf_architectures(tmp_path, data_root):
+    """gpt2, llama and qwen2, n = 1, 2, 5, synthetic and text: 18 jobs, every one PASS with a clean preflight."""
+    verdicts = ladder(tmp_path, data_root, "model=hf", "model.arch=gpt2,llama,qwen2", jobs=18)
     assert {v["model"] for v in verdicts.values()} == {
         "GPT2LMHeadModel",
         "LlamaForCausalLM",
@@ -368,21 +374,8 @@ def test_overfit_ladder_on_hf_architectures(tmp_path, data_root):
 @pytest.mark.slow
 def test_overfit_ladder_on_minigpt_with_rope(tmp_path, data_root):
     """A fork's own model through the transformer's config keys: n = 1, 2, 5, synthetic and text."""
-    result = train(
-        "-m",
-        "model=transformer",
-        "model._target_=tests.real_models.MiniGPT",
-        "+model.positions=rope",
-        "n=1,2,5",
-        "data=synthetic,text",
-        *QUICK,
-        cwd=tmp_path,
-        data_root=data_root,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    verdicts = sweep_verdicts(tmp_path / "sweep")
-    assert_ladder_passes(verdicts, 6)
+    model = ("model=transformer", "model._target_=tests.real_models.MiniGPT", "+model.positions=rope")
+    verdicts = ladder(tmp_path, data_root, *model, jobs=6)
     assert {v["model"] for v in verdicts.values()} == {"MiniGPT"}
     assert {v["model_group"] for v in verdicts.values()} == {"transformer"}
 
