@@ -282,6 +282,11 @@ def frozen_head(vocab_size: int, length: int) -> HFCausalLM:
     return frozen(hf(vocab_size, "llama", length), "lm.lm_head.weight")
 
 
+def frozen_tied_head(vocab_size: int, length: int) -> HFCausalLM:
+    """BUG: GPT-2 whose output head is frozen; tied to the token embedding, it freezes both."""
+    return frozen(hf(vocab_size, "gpt2", length), "lm.lm_head.weight")
+
+
 def frozen_embedding(vocab_size: int, length: int) -> HFCausalLM:
     """BUG: Llama whose token embedding lm.model.embed_tokens.weight is frozen: the tokens never learn."""
     return frozen(hf(vocab_size, "llama", length), "lm.model.embed_tokens.weight")

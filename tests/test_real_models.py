@@ -174,6 +174,14 @@ BUGS = [
         id="hf-llama-frozen-lm_head",
     ),
     pytest.param(
+        rm.frozen_tied_head,
+        "gradient_flow",
+        FAIL,
+        ["frozen", "lm.transformer.wte.weight (the token embedding and the output head)"],
+        [],
+        id="hf-gpt2-frozen-tied-head",
+    ),
+    pytest.param(
         rm.frozen_embedding,
         "gradient_flow",
         FAIL,

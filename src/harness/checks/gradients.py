@@ -43,15 +43,16 @@ def step_settings(cfg) -> tuple[int, float]:
 
 def needed_to_learn(model: nn.Module, head: str | None) -> dict[str, str]:
     """{parameter name: what it is} for the parameters the loss cannot do without learning: the token
-    embedding's and the output head's (`head`: the module that produced the logits)."""
+    embedding's and the output head's (`head`: the module that produced the logits); one tensor tied to
+    both is named as both."""
     names = {id(p): n for n, p in model.named_parameters()}
     parts = (("the token embedding", getattr(model, "token_embedding", None)), ("the output head", head))
-    return {
-        names[id(p)]: part
-        for part, module in parts
-        if module is not None
-        for p in (model.get_submodule(module) if isinstance(module, str) else module).parameters()
-    }
+    roles: dict[str, list[str]] = {}
+    for part, module in parts:
+        if module is not None:
+            for p in (model.get_submodule(module) if isinstance(module, str) else module).parameters():
+                roles.setdefault(names[id(p)], []).append(part)
+    return {name: " and ".join(parts) for name, parts in roles.items()}
 
 
 def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
