@@ -130,9 +130,8 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
     data, module = build_parts(cfg, mode)
     verdict = start_verdict(cfg, module.model, run_dir, n=getattr(mode, "n", None))
-    probes = build_probes(
-        cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit"
-    )  # a bad one: no work
+    # before the preflight's work: a bad probe is a config error
+    probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit")
 
     preflight(cfg, module, data, verdict)
     if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
