@@ -40,6 +40,7 @@ def ddp_run(tmp_path_factory, data_root) -> tuple[subprocess.CompletedProcess, P
     return result, cwd
 
 
+@pytest.mark.slow  # a whole train.py run of its own (two DDP processes, or compiling)
 def test_ddp_overfit_passes_in_one_run_dir(ddp_run):
     result, cwd = ddp_run
     assert result.returncode == 0, result.stderr[-3000:]
@@ -51,6 +52,7 @@ def test_ddp_overfit_passes_in_one_run_dir(ddp_run):
     assert (run_dirs[0] / "train_ddp_process_1.log").is_file(), "rank 1 never started: not a DDP run"
 
 
+@pytest.mark.slow  # a whole train.py run of its own (two DDP processes, or compiling)
 def test_ddp_rank0_alone_writes_metrics_probes_and_checks(ddp_run):
     result, cwd = ddp_run
     (run_dir,) = (cwd / "outputs" / "runs").glob("*/*")
@@ -139,6 +141,7 @@ def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
 # --- torch.compile ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole train.py run of its own (two DDP processes, or compiling)
 def test_compiled_overfit_keeps_probes_and_checks(run_train, tmp_path):
     """compile with the aot_eager backend (traced by dynamo and AOTAutograd, no C code generated: seconds)."""
     result = run_train("mode=overfit", "n=2", "compile=aot_eager", "data.length=12")
