@@ -88,7 +88,7 @@ def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
     try:
         with training_mode(model, training=True):
             logits = model(batch["input_ids"])
-            changed = [name for name, value in checksums(model).items() if value != before[name]]
+            changed = changed_since(model, before)
             loss = masked_loss(logits, batch)
             try:
                 loss.backward()
@@ -128,6 +128,11 @@ def checksums(model: nn.Module) -> dict[str, int]:
     return {name: checksum(p) for name, p in model.named_parameters()}
 
 
+def changed_since(model: nn.Module, before: dict[str, int]) -> list[str]:
+    """The parameters whose checksum differs from `before` (a checksums() of the same model)."""
+    return [name for name, value in checksums(model).items() if value != before[name]]
+
+
 class WeightsChanged(Exception):
     """A forward pass changed parameters in place: a check comparing two forward passes cannot judge."""
 
@@ -149,8 +154,7 @@ class Runner:
         seed_all(self.seed)
         with training_mode(self.model, training=True), torch.no_grad():
             logits = self.model(input_ids)
-        after = checksums(self.model)
-        changed = [name for name, value in after.items() if value != self.before[name]]
+        changed = changed_since(self.model, self.before)
         if changed:
             raise WeightsChanged(changed)
         return logits.float()
