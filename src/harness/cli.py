@@ -20,24 +20,29 @@ def _die(message: str, err: BaseException | None = None) -> None:
     sys.exit(2)
 
 
+#: what a schema field's type asks for, in the words of a one-line error
+KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
 def _explain(err: Exception, overrides: list[str], base) -> str:
     """One line out of a Hydra composition error: the override at fault and the fix.
 
     `base` is the config composed without overrides, to list the keys that do exist."""
-    import re
+    import typing
 
     from hydra.errors import MissingConfigException
     from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
-    text = str(err)
+    def override_of(key: str) -> str:
+        return next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
+
+    cause = err.__cause__
     if isinstance(err, MissingConfigException) and err.options is not None:
         group = err.missing_cfg_file.rpartition("/")[0] if err.missing_cfg_file else "?"
-        bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == group), group)
-        return f"{bad}: no such option; choose one of {', '.join(sorted(err.options))}"
-    missing = re.search(r"Could not override '([^']+)'", text)
-    if missing:
-        key = missing.group(1)
-        bad = next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
+        return f"{override_of(group)}: no such option; choose one of {', '.join(sorted(err.options))}"
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+        key = cause.full_key
         parent = key.rpartition(".")[0]
         node = OmegaConf.select(base, parent) if parent else base
         known = (
@@ -45,8 +50,12 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
             if isinstance(node, DictConfig)
             else ""
         )
-        return f"{bad}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
-    first = next((line for line in text.splitlines() if line.strip()), text)
+        return f"{override_of(key)}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
+    if isinstance(cause, ValidationError) and cause.full_key and cause.object_type is not None:
+        wanted = typing.get_type_hints(cause.object_type).get(cause.key)
+        kind = KINDS.get(wanted, getattr(wanted, "__name__", str(wanted)))
+        return f"{override_of(cause.full_key)}: {cause.full_key} must be {kind}, not {cause.value!r}"
+    first = next((line for line in str(err).splitlines() if line.strip()), str(err))
     return f"{' '.join(overrides)}: {first} (HARNESS_DEBUG=1 shows the traceback)"
 
 

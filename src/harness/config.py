@@ -1,8 +1,10 @@
 """Validation at the door: every user mistake found before any work, as one line with the fix; and
 `build`, which instantiates a config node with the same promise.
 
-Hydra's struct mode already rejects misspelled keys and unknown group options when composing; this
-checks the values. Model and data keys are checked by the classes they are passed to."""
+Hydra already refuses, while composing, a misspelled key, an unknown group option and a value of the wrong
+type (the schema, harness/schema.py); these are the rules a type cannot say: ranges, choices, files that
+must exist, keys that depend on each other. Model and data keys are checked by the classes they are passed
+to; what only the data can tell (n larger than the training split) is checked where the data is read."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from harness.distributed import check_devices
 from harness.errors import ConfigError
 
-MODES = ("overfit", "full")
+MODES = (
+    "overfit",
+    "full",
+)  # the names of harness.modes.MODES (imported only to run: Lightning is slow to load)
 
 
 def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
@@ -53,6 +58,30 @@ def check_compile(value) -> None:
     )
 
 
+def check_files(cfg: DictConfig) -> None:
+    """The files the config names exist: a preflight test missing would be skipped, a checkpoint missing
+    found only after the data and the model are built."""
+    for path in cfg.get("preflight_tests", None) or []:
+        if not Path(path).is_file():
+            raise ConfigError(
+                "preflight_tests",
+                str(path),
+                f"no such file (looked in {Path.cwd()}); give the path "
+                "of a pytest file, e.g. +preflight_tests=[tests/preflight_mine.py]",
+            )
+    if cfg.ckpt_path not in (None, "last") and not Path(cfg.ckpt_path).is_file():
+        raise ConfigError(
+            "ckpt_path",
+            cfg.ckpt_path,
+            "no such file; give the path of a .ckpt file "
+            "(a full run saves <run dir>/checkpoints/last.ckpt), or last",
+        )
+    if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
+        raise ConfigError(
+            "ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh"
+        )
+
+
 def validate(cfg: DictConfig, devices: bool = True) -> None:
     """Raise ConfigError on the first bad value of the composed config. `devices`: also hold the trainer's devices
     against this machine (the CLI leaves that to the job when a cluster launcher runs it elsewhere)."""
@@ -82,13 +111,7 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
         raise ConfigError(
             "mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)"
         )
-    if cfg.ckpt_path not in (None, "last") and not Path(cfg.ckpt_path).is_file():
-        raise ConfigError(
-            "ckpt_path",
-            cfg.ckpt_path,
-            "no such file; give the path of a .ckpt file "
-            "(a full run saves <run dir>/checkpoints/last.ckpt), or last",
-        )
+    check_files(cfg)
     max_len = cfg.model.get("max_len")
     if isinstance(max_len, int) and max_len < cfg.data.length:
         raise ConfigError(
@@ -100,10 +123,6 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     if devices:
         check_devices(cfg.trainer)
     check_compile(cfg.compile)
-    if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
-        raise ConfigError(
-            "ckpt_path", cfg.ckpt_path, "resuming is for mode=full; an overfit run always starts fresh"
-        )
 
 
 def build(node: DictConfig, key: str, **kwargs):

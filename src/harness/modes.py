@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from harness.errors import ConfigError
 from harness.faults import FinalCheckpoint
 from harness.overfit import Overfit
 
@@ -54,7 +53,5 @@ MODES = {"overfit": Overfit, "full": Full}
 
 
 def mode_for(cfg):
-    """The mode object of `cfg.mode.name`."""
-    if cfg.mode.name not in MODES:
-        raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)} (mode=overfit)")
+    """The mode object of `cfg.mode.name` (harness.config.validate has refused any other name)."""
     return MODES[cfg.mode.name](cfg)

@@ -11,7 +11,6 @@ import torch
 
 from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_batch
-from harness.errors import ConfigError
 from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -103,17 +102,9 @@ def table(rows: list[dict]) -> str:
 
 def preflight_files(cfg) -> list[str]:
     """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
-    train.py runs). A missing file is a ConfigError: pytest would skip every check over it."""
-    extra = [Path(p) for p in cfg.get("preflight_tests", None) or []]
-    for path in extra:
-        if not path.is_file():
-            raise ConfigError(
-                "preflight_tests",
-                str(path),
-                f"no such file (looked in {Path.cwd()}); give the path "
-                "of a pytest file, e.g. preflight_tests=[tests/preflight_mine.py]",
-            )
-    return [str(Path(__file__).with_name("preflight_tests.py"))] + [str(p) for p in extra]
+    train.py runs; harness.config.validate has made sure each exists: pytest would skip a missing one)."""
+    extra = [str(Path(p)) for p in cfg.get("preflight_tests", None) or []]
+    return [str(Path(__file__).with_name("preflight_tests.py")), *extra]
 
 
 def run_preflight(module, data, cfg) -> list[dict]:
