@@ -21,6 +21,11 @@ with contextlib.suppress(ModuleNotFoundError):  # a fork that removed examples/ 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+#: a quick run's overrides to switch the probes off: none where a fork has deleted them (conf/probes/)
+PROBES_OFF = ("probes=off",) if (CONF / "probes").is_dir() else ()
+#: a test that reads what the probes write runs only where they exist
+needs_probes = pytest.mark.skipif(not (CONF / "probes").is_dir(), reason="this project has no probes")
+
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu are skipped, with the reason shown, where no CUDA device is visible."""

@@ -12,6 +12,7 @@ from torch import nn
 import harness
 from harness.errors import ConfigError
 from harness.run import build, run
+from tests.conftest import PROBES_OFF
 
 MODELS = ["transformer", "rnn", "lstm"]
 DATA = ["synthetic", "text"]
@@ -88,7 +89,7 @@ def test_datamodule_contract(datamodule):
 def test_fork_model_plugs_in_by_target(make_config):
     """A model of a fork's own (tests/fork_models.py), named by _target_ on an existing group's keys, passes the
     preflight and memorizes (tests/test_guides.py runs the same through the real train.py)."""
-    verdict = run(make_config("model=rnn", "model._target_=tests.fork_models.GRU", "n=1", "probes=off"))
+    verdict = run(make_config("model=rnn", "model._target_=tests.fork_models.GRU", "n=1", *PROBES_OFF))
     assert verdict["status"] == "PASS", verdict
     assert all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
 

@@ -14,7 +14,7 @@ import torch
 from harness.errors import ConfigError
 from harness.run import exit_code, run
 from harness.verdict import read_verdict
-from tests.conftest import ROOT, start_train, wait_for_steps
+from tests.conftest import PROBES_OFF, ROOT, start_train, wait_for_steps
 
 FORK = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 FULL = [
@@ -26,7 +26,7 @@ FULL = [
     "model.dropout=0.1",
     "preflight=false",
     "mode.progress_bar=false",
-    "probes=off",
+    *PROBES_OFF,
 ]
 
 
@@ -94,7 +94,7 @@ def test_nonfinite_ends_an_overfit_run_with_its_verdict(run_train, tmp_path):
         "model=rnn",
         "model._target_=tests.fork_models.ExplodingGRU",
         "preflight=false",
-        "probes=off",
+        *PROBES_OFF,
         env=FORK,
     )
     assert result.returncode == 4, result.stderr[-3000:]
@@ -255,7 +255,7 @@ def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_con
         length=16,
         source={"made_by": "test"},
     )
-    ok = run(make_config("data=folder", f"data.path={folder}", "data.length=16", "n=2", "probes=off"))
+    ok = run(make_config("data=folder", f"data.path={folder}", "data.length=16", "n=2", *PROBES_OFF))
     assert ok["status"] == "PASS", ok
     train = folder / "train.jsonl"
     truncated = train.read_text()[:-20]  # the last record cut mid-line
@@ -276,7 +276,7 @@ def test_signal_during_the_preflight_stops_before_training(make_config, tmp_path
     before = signal.getsignal(
         signal.SIGINT
     )  # Python's own; ignored where a shell started us in the background
-    verdict = run(make_config("n=1", "probes=off", f"+preflight_tests=[{checks}]"))
+    verdict = run(make_config("n=1", *PROBES_OFF, f"+preflight_tests=[{checks}]"))
     assert verdict["status"] == "INTERRUPTED" and verdict["signal"] == signal.SIGINT, verdict
     assert verdict["steps"] == 0 and exit_code(verdict) == 130
     assert read_verdict(tmp_path / "run")["status"] == "INTERRUPTED"

@@ -29,6 +29,7 @@ from harness.errors import ConfigError
 from harness.module import HarnessModule
 from harness.run import build, run
 from harness.twins import Twin, max_difference, registered
+from tests.conftest import PROBES_OFF, needs_probes
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,7 +37,7 @@ SEARCHPATH = (
     f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]"  # the guide's conf files, as if copied into conf/
 )
 PREFLIGHT = f"+preflight_tests=[{EXAMPLES / 'preflight.py'}]"  # absolute: the runs below start elsewhere
-QUICK = ("n=2", "probes=off")
+QUICK = ("n=2", *PROBES_OFF)
 
 
 def rows(verdict: dict) -> dict[str, dict]:
@@ -248,6 +249,7 @@ def test_own_probe_logs_through_the_logger(data_root, tmp_path):
     assert probe.verdict_items()["logit_max_abs"] == pytest.approx(logged[-1])
 
 
+@needs_probes
 def test_own_probe_runs_in_every_run_through_probes_extra(make_config, tmp_path):
     cfg = make_config(
         "n=1",

@@ -3,7 +3,7 @@
 The probes are one such part (src/harness/probes/, conf/probes/, their tests test_probes.py and test_probe_plumbing.py): the config names
 their group as optional, harness.run builds them through the config's `_target_` alone, and no other module
 or test imports them at module level. A copy of the project without them trains to PASS and its test suite
-still collects."""
+still collects, and its tests run where they no longer reach for the probes."""
 
 from __future__ import annotations
 
@@ -59,3 +59,12 @@ def test_a_fork_without_the_probes_trains_and_collects(tmp_path, data_root):
     collected = run_command(sys.executable, "-m", "pytest", "--collect-only", "-q", cwd=fork, env=env)
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     assert "error" not in collected.stdout.lower().splitlines()[-1], collected.stdout[-3000:]
+    # a test that switches the probes off for speed runs as it is; one that reads their outputs is skipped
+    quick = "tests/test_contracts.py::test_fork_model_plugs_in_by_target"
+    probe_reader = "tests/test_guides.py::test_own_probe_runs_in_every_run_through_probes_extra"
+    ran = run_command(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", quick, probe_reader, cwd=fork, env=env
+    )
+    assert ran.returncode == 0 and "1 passed, 1 skipped" in ran.stdout, (
+        ran.stdout[-3000:] + ran.stderr[-3000:]
+    )

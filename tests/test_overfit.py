@@ -11,6 +11,7 @@ import torch
 from harness.data.synthetic import generate
 from harness.overfit import achievable_floor
 from harness.run import run
+from tests.conftest import PROBES_OFF
 
 
 @pytest.mark.parametrize("data", ["synthetic", "text"])
@@ -19,7 +20,7 @@ from harness.run import run
 def test_built_in_models_memorize(n, model, data, make_config):
     verdict = run(
         make_config(
-            f"model={model}", f"data={data}", f"n={n}", "data.length=32", "preflight=false", "probes=off"
+            f"model={model}", f"data={data}", f"n={n}", "data.length=32", "preflight=false", *PROBES_OFF
         )
     )
     assert verdict["status"] == "PASS", verdict
@@ -123,7 +124,7 @@ def test_whole_model_runs_on_loop_versions(make_config, caplog):
 def test_the_stopping_step_is_logged_even_between_logging_steps(make_config, tmp_path):
     """log_every=5, and the run stops at the target on a step between two logged ones: Lightning writes
     that last step too, and it must hold that step's loss, not the last logged one's."""
-    verdict = run(make_config("n=2", "probes=off", "preflight=false", "mode.log_every=5"))
+    verdict = run(make_config("n=2", *PROBES_OFF, "preflight=false", "mode.log_every=5"))
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("train/loss")]
     assert verdict["status"] == "PASS" and verdict["steps"] % 5, verdict  # stopped between logging steps

@@ -26,7 +26,7 @@ from harness.data import SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, HFCausalLM, Transformer
 from harness.verdict import read_verdict
 from tests import real_models as rm
-from tests.conftest import train
+from tests.conftest import PROBES_OFF, train
 
 CFG = {"seed": 0}
 SYNTHETIC_LENGTH, TEXT_LENGTH = 16, 24
@@ -319,7 +319,7 @@ def test_the_zero_init_variants_really_start_with_closed_branches(synthetic):
 # 3. the overfit ladder and the verdict, through the real train.py (slow)
 # ---------------------------------------------------------------------------------------------------------
 
-QUICK = ("logger=csv", "probes=off", "data.length=16", "model.d_model=32")
+QUICK = ("logger=csv", *PROBES_OFF, "data.length=16", "model.d_model=32")
 
 
 def sweep_verdicts(sweep: Path) -> dict[str, dict]:

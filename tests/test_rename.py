@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PROBES_OFF
 from tests.conftest import run_command as run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +139,7 @@ def test_renamed_copy_passes_its_tests_and_trains(renamed, fork_env, tmp_path):
         "train.py",
         "mode=overfit",
         "n=1",
-        "probes=off",
+        *PROBES_OFF,
         f"data.root={tmp_path / 'data'}",
         f"hydra.run.dir={tmp_path / 'run'}",
         cwd=renamed,

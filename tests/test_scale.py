@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.cli import check_overrides
-from tests.conftest import start_train, train, wait_for_steps
+from tests.conftest import PROBES_OFF, needs_probes, start_train, train, wait_for_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +52,7 @@ def test_ddp_overfit_passes_in_one_run_dir(ddp_run):
     assert (run_dirs[0] / "train_ddp_process_1.log").is_file(), "rank 1 never started: not a DDP run"
 
 
+@needs_probes
 @pytest.mark.slow  # a whole train.py run of its own (two DDP processes, or compiling)
 def test_ddp_rank0_alone_writes_metrics_probes_and_checks(ddp_run):
     result, cwd = ddp_run
@@ -141,6 +142,7 @@ def test_gradient_probe_sees_the_all_reduced_gradient(tmp_path):
 # --- torch.compile ----------------------------------------------------------------------------------------------
 
 
+@needs_probes
 @pytest.mark.slow  # a whole train.py run of its own (two DDP processes, or compiling)
 def test_compiled_overfit_keeps_probes_and_checks(run_train, tmp_path):
     """compile with the aot_eager backend (traced by dynamo and AOTAutograd, no C code generated: seconds)."""
@@ -190,7 +192,7 @@ def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_pa
 @pytest.mark.slow
 def test_inductor_compile_overfit_passes(run_train, tmp_path):
     """compile=true: inductor, which writes and compiles C++ on CPU (about 40 s here)."""
-    result = run_train("mode=overfit", "n=2", "compile=true", "data.length=12", "probes=off", timeout=600)
+    result = run_train("mode=overfit", "n=2", "compile=true", "data.length=12", *PROBES_OFF, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
 
@@ -292,7 +294,7 @@ def test_ddp_full_mode_trains_and_checkpoints(run_train, tmp_path):
         "mode.max_steps=6",
         "mode.val_every=3",
         "mode.ckpt_every=3",
-        "probes=off",
+        *PROBES_OFF,
         "preflight=false",
         "mode.progress_bar=false",
     )
@@ -314,7 +316,7 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
         "mode.max_steps=100000",
         "mode.log_every=1",
         "mode.val_every=1000",
-        "probes=off",
+        *PROBES_OFF,
         "preflight=false",
         "mode.progress_bar=false",
     ]

@@ -27,7 +27,7 @@ from harness.report import main as report_main
 from harness.run import build
 from harness.seeding import seed_all
 from harness.verdict import read_verdict
-from tests.conftest import CONF, ROOT, train
+from tests.conftest import CONF, PROBES_OFF, ROOT, needs_probes, train
 
 PNGS = ("grad_by_position.png", "reach.png", "loss.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -187,6 +187,7 @@ def failing_sweep(tmp_path_factory, data_root) -> Path:
     return cwd / "sweep"
 
 
+@needs_probes
 def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     rows = read_summary(failing_sweep)
     assert list(rows[0])[: len(COLUMNS)] == list(COLUMNS) and {"n", "job", "error"} <= set(rows[0])
@@ -217,6 +218,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     assert_plots(failing_sweep)
 
 
+@needs_probes
 def test_report_rebuilds_the_summary_from_the_job_dirs(failing_sweep, tmp_path, capsys):
     """python -m harness.report SWEEP_DIR (its main(), in-process: the start-up of another Python costs seconds)."""
     before = (failing_sweep / "summary.csv").read_text()
@@ -359,7 +361,7 @@ def test_each_job_has_its_own_finished_wandb_run(tmp_path, data_root):
         "n=1",
         "mode.max_steps=3",
         "preflight=false",
-        "probes=off",
+        *PROBES_OFF,
         cwd=tmp_path,
         data_root=data_root,
     )
