@@ -115,6 +115,18 @@ def test_schema_leaves_a_new_top_level_key_to_a_plus(make_config, tmp_path):
     assert cfg.my_key == 3 and list(cfg.preflight_tests) == [str(tmp_path / "preflight_mine.py")]
 
 
+def test_an_argument_the_target_does_not_take_is_named(make_config):
+    """Whether Hydra builds the object now (model) or a partial harness calls later (optim)."""
+    from harness.config import build
+
+    for override, key in (("+model.depth=3", "model.depth"), ("+optim.momentum=0.9", "optim.momentum")):
+        cfg = make_config(override)
+        node = key.split(".")[0]
+        with pytest.raises(ConfigError) as err:
+            build(cfg[node], node, **({"vocab_size": 5} if node == "model" else {}))
+        assert str(err.value).startswith(f"{key}=") and "takes no argument" in str(err.value), err.value
+
+
 def test_config_knows_every_mode_the_run_has():
     """validate() names the modes without importing Lightning; harness.modes runs them: one list."""
     from harness.config import MODES

@@ -1,6 +1,9 @@
-"""The LightningModule: any Model contract, masked cross entropy, AdamW, the metrics of a verdict."""
+"""The LightningModule: any Model contract, masked cross entropy, the configured optimizer and schedule, the
+metrics of a verdict."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
@@ -8,6 +11,7 @@ from einops import rearrange
 from torch import nn
 
 from harness.compat import lightning_logs_now
+from harness.optim import adamw, parameter_groups
 from harness.twins import MaskedCrossEntropy
 
 
@@ -56,16 +60,19 @@ class HarnessModule(pl.LightningModule):
     def __init__(
         self,
         model: nn.Module,
-        lr: float = 3e-3,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.99),
+        optimizer: Callable | None = None,
+        schedule: Callable | None = None,
+        total_steps: int = 1,
         vectorize: bool = True,
         compile: bool | str = False,
     ):
+        """`optimizer`: called with the parameter groups (the `optim` config, built `_partial_`; None: AdamW at
+        3e-3). `schedule`: called as schedule(optimizer, total_steps=total_steps) (None: a constant rate)."""
         super().__init__()
         self.model = model
-        self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
+        self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
         self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
+        self.step_lr: float | None = None  # the learning rate the latest training step used
         self.loss_fn = MaskedCrossEntropy(vectorize)
         # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
         # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
@@ -93,6 +100,9 @@ class HarnessModule(pl.LightningModule):
         logits = self.train_forward(batch["input_ids"])
         loss = self.loss_fn(logits, batch["targets"], batch["loss_mask"])
         self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
+        self.step_lr = self.trainer.optimizers[0].param_groups[0][
+            "lr"
+        ]  # this step's; the schedule moves on first
         # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
         return {"loss": loss, "logits": logits.detach()}
 
@@ -104,6 +114,7 @@ class HarnessModule(pl.LightningModule):
         if not self.logs_now():
             return
         metrics = {"loss": self.last_loss, **masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
+        self.log("lr", self.step_lr, on_step=True, on_epoch=False)
         self.log_dict(
             {f"train/{k}": v for k, v in metrics.items()},
             on_step=True,
@@ -126,7 +137,9 @@ class HarnessModule(pl.LightningModule):
             sync_dist=True,
         )
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(
-            self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay, betas=self.betas
-        )
+    def configure_optimizers(self):
+        optimizer = self.optimizer(parameter_groups(self.model))
+        if self.schedule is None:
+            return optimizer
+        scheduler = self.schedule(optimizer, total_steps=self.total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

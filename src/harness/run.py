@@ -168,7 +168,12 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
     data.setup("fit")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     module = HarnessModule(
-        model, **cfg.optim, vectorize=cfg.model.get("vectorize", True), compile=cfg.compile
+        model,
+        optimizer=build(cfg.optim, "optim"),
+        schedule=build(cfg.schedule, "schedule") if cfg.get("schedule") else None,
+        total_steps=cfg.mode.max_steps,
+        vectorize=cfg.model.get("vectorize", True),
+        compile=cfg.compile,
     )
     return data, module
 

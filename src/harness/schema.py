@@ -3,7 +3,7 @@
 conf/train.yaml lists `train_schema` first in its defaults, so `n=abc` or `mode.max_steps=1.5` is refused
 by Hydra before anything runs, with the key named (harness.cli turns that into one line). Ranges and rules
 across keys, which a type cannot say, live in harness.config.validate. The groups a fork makes its own
-(model, data, trainer, logger, probes, tokenizer) are typed `Any`: their classes check their own arguments.
+(model, data, tokenizer, optim, schedule, trainer, logger, probes) are typed `Any`: their classes check their own arguments.
 
 A new top-level key of a fork's goes here (or takes a `+` on the command line: `+my_key=1`)."""
 
@@ -40,6 +40,7 @@ class Train:
     compile: Any = False  # true | false | a torch.compile backend name
     flush_denormal: bool = True
     optim: Any = None
+    schedule: Any = None
     mode: Mode = field(default_factory=Mode)
     model: Any = None
     data: Any = None

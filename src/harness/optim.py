@@ -1,0 +1,75 @@
+"""The optimizer's parameter groups and the learning-rate schedules, as the `optim` and `schedule` configs
+build them.
+
+An `optim` config is a `_partial_` optimizer (`torch.optim.AdamW`, `torch.optim.SGD`, or a fork's own):
+harness calls it with the parameter groups. A `schedule` config is a `_partial_` callable called as
+`schedule(optimizer, total_steps=...)` that returns a torch LR scheduler, stepped once per optimizer step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import nn
+
+
+def parameter_groups(model: nn.Module) -> list[dict]:
+    """Two groups: the weights of matrices and convolutions, decayed as the optimizer's `weight_decay`
+    says; and norms, biases and embeddings, never decayed (shrinking a norm's gain or an embedding row
+    towards 0 is not regularization, the GPT-2/nanoGPT rule). A tensor tied to two modules counts once,
+    as an embedding when it is one."""
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, keep = [], []
+    for _, p in model.named_parameters():  # named_parameters yields a tied tensor once
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 and id(p) not in embedded else keep).append(p)
+    return [{"params": decay}, {"params": keep, "weight_decay": 0.0}]
+
+
+def adamw(lr: float = 3e-3, **kwargs) -> Callable:
+    """The optimizer a LightningModule gets when no `optim` config is given (benches, tests)."""
+    return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **kwargs)
+
+
+def multiplier(step: int, shape: str, warmup_steps: int, total_steps: int, floor: float) -> float:
+    """The learning rate at optimizer step `step` as a fraction of its peak: a linear warmup over
+    `warmup_steps` from 1/warmup_steps to 1, then `shape` (constant | cosine | linear) down to `floor`
+    at `total_steps`, and `floor` after it."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if shape == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    decayed = 0.5 * (1 + math.cos(math.pi * progress)) if shape == "cosine" else 1 - progress
+    return floor + (1 - floor) * decayed
+
+
+SHAPES = ("constant", "cosine", "linear")
+
+
+def schedule(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    shape: str = "constant",
+    warmup_steps: int = 0,
+    min_lr: float | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR over `multiplier`; `min_lr` (absolute) is where cosine and linear end, None: a tenth of
+    the peak."""
+    from harness.errors import ConfigError
+
+    if shape not in SHAPES:
+        raise ConfigError("schedule.shape", shape, f"choose one of {', '.join(SHAPES)}")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ConfigError("schedule.warmup_steps", warmup_steps, "must be a whole number >= 0 (try 100)")
+    peak = optimizer.param_groups[0]["lr"]
+    if min_lr is not None and not 0 <= min_lr <= peak:
+        raise ConfigError("schedule.min_lr", min_lr, f"must lie between 0 and optim.lr={peak}, or null")
+    floor = 0.1 if min_lr is None else (min_lr / peak if peak else 0.0)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        partial(multiplier, shape=shape, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor),
+    )
