@@ -34,7 +34,11 @@ def test_every_group_has_options():
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_option_composes_and_validates(group, option, make_config, tmp_path):
-    extra = [f"data.path={_folder_dataset(tmp_path)}"] if (group, option) == ("data", "folder") else []
+    extra = {
+        ("data", "folder"): [f"data.path={_folder_dataset(tmp_path)}"],
+        ("tokenizer", "bpe"): ["data=corpus"],  # the tokenizers other than char are data=corpus's
+        ("tokenizer", "hf"): ["data=corpus", f"tokenizer.path={tmp_path}"],
+    }.get((group, option), [])
     cfg = make_config(f"{group}={option}", *extra)
     if (group, option) == ("trainer", "gpu") and not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="trainer.accelerator=gpu: no CUDA device"):
@@ -74,6 +78,7 @@ def test_every_config_line_is_commented():
         ("mode.max_steps=0", "mode.max_steps"),
         ("seed=-1", "seed"),
         ("mode=full mode.ckpt_every=0", "mode.ckpt_every"),
+        ("tokenizer=bpe", "tokenizer"),  # synthetic data has its own alphabet: a BPE would be ignored
     ],
 )
 def test_bad_values_are_refused_naming_the_key(override, key, make_config):

@@ -14,13 +14,18 @@ from harness.errors import ConfigError
 from harness.run import build, run
 from tests.conftest import PROBES_OFF
 
-MODELS = ["transformer", "rnn", "lstm"]
-DATA = ["synthetic", "text"]
+MODELS = ["transformer", "rnn", "lstm", "gpt"]
+#: data option -> the overrides that keep it small here
+DATA = {
+    "synthetic": ("data=synthetic",),
+    "text": ("data=text",),
+    "corpus": ("data=corpus", "data.max_bytes=60000", "tokenizer=bpe", "tokenizer.vocab_size=320"),
+}
 
 
-@pytest.fixture(params=DATA)
+@pytest.fixture(params=list(DATA))
 def datamodule(request, make_config):
-    cfg = make_config(f"data={request.param}", "data.length=12")
+    cfg = make_config(*DATA[request.param], "data.length=12")
     dm = instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
@@ -30,7 +35,7 @@ def datamodule(request, make_config):
 @pytest.mark.parametrize("name", MODELS)
 def test_model_contract(name, datamodule, make_config):
     cfg, dm = datamodule
-    cfg = make_config(f"model={name}", f"data={cfg.hydra.runtime.choices.data}", "data.length=12")
+    cfg = make_config(f"model={name}", *DATA[cfg.hydra.runtime.choices.data], "data.length=12")
     assert "vocab_size" not in cfg.model, (
         "the model config must not hard-code vocab_size: the harness injects it"
     )

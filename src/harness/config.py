@@ -113,6 +113,14 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
             "mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)"
         )
     check_files(cfg)
+    kind = (cfg.get("tokenizer") or {}).get("kind", "char")
+    if kind != "char" and "tokenizer" not in cfg.data:
+        raise ConfigError(
+            "tokenizer",
+            kind,
+            f"this data ({cfg.data._target_}) tokenizes by its own alphabet of characters; "
+            "tokenizer=bpe and tokenizer=hf work with data=corpus",
+        )
     max_len = cfg.model.get("max_len")
     if isinstance(max_len, int) and max_len < cfg.data.length:
         raise ConfigError(

@@ -11,10 +11,10 @@ from harness.checks.base import FAIL, PASS, WARN, CheckResult
 def _reconstruct(tokenizer, item: dict, classify: bool) -> dict:
     """Decode a Batch row back to the source record it should have come from."""
     ids, targets, mask = item["input_ids"].tolist(), item["targets"], item["loss_mask"]
-    text = tokenizer.decode(ids)
-    if not classify:  # language modelling: targets are the text shifted by one
-        return {"text": text + tokenizer.decode(targets[-1:].tolist())}
-    return {"text": text, "label": tokenizer.decode(targets[mask].tolist())}
+    if not classify:  # language modelling: targets are the text shifted by one. Decoded in one call: a
+        # byte-level BPE may split one character across the last input and the last target
+        return {"text": tokenizer.decode(ids + targets[-1:].tolist())}
+    return {"text": tokenizer.decode(ids), "label": tokenizer.decode(targets[mask].tolist())}
 
 
 def _in_order(loader: DataLoader) -> bool:

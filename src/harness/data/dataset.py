@@ -12,12 +12,12 @@ from torch.utils.data import DataLoader, Dataset
 
 from harness.data.format import CorruptDataset, read_meta, read_split
 from harness.data.sampler import ResumableLoader
-from harness.data.tokenizer import CharTokenizer
+from harness.data.tokenizer import CharTokenizer, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-def encode_records(records: list[dict], tokenizer: CharTokenizer, task: str, length: int) -> dict:
+def encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length: int) -> dict:
     """Encode records into batch tensors of shape [examples, length].
 
     classify: input = the text, the label is the target at the last position, only it is in the mask.
@@ -41,7 +41,7 @@ class CharDataset(Dataset):
     """A split held as tensors. Items are dicts of the Batch keys without the batch axis;
     `record(i)` is the source record item i was made from (for the round-trip check)."""
 
-    def __init__(self, records: list[dict], tokenizer: CharTokenizer, task: str, length: int):
+    def __init__(self, records: list[dict], tokenizer: Tokenizer, task: str, length: int):
         self.records, self.task = records, task
         self.tensors = encode_records(records, tokenizer, task, length)
 
@@ -74,7 +74,7 @@ class DiskDataModule(pl.LightningDataModule):
         )
         # the shuffling seed comes from the run's seeded generator: same run seed, same order
         self.shuffle_seed = int(torch.randint(2**31 - 1, ()))
-        self.tokenizer: CharTokenizer | None = None
+        self.tokenizer: Tokenizer | None = None  # CharTokenizer here; CorpusDataModule's may be any
         self.train_dataset: CharDataset | None = None
         self.val_dataset: CharDataset | None = None
 

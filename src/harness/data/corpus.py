@@ -1,0 +1,256 @@
+"""data=corpus: language modelling on a corpus of text files of any size, tokenized once into shards on disk.
+
+    data/corpus/<name>-<hash>/                 one corpus: its files, their sizes and mtimes (+ text_field)
+        bpe4096/tokenizer.json                 tokenizer=bpe: the BPE trained on it, reused by every later run
+        bpe4096/val0.1/meta.json, shard-*.bin  the tokens (harness.data.shards), for one tokenizer and split
+
+Prepared once, in parallel, atomically (a temporary folder renamed into place, under a lock: sweep jobs that
+start together wait for the first instead of racing it). A run reads windows of `length + 1` tokens through
+memory maps: training window i starts at a random place drawn from (seed, i) alone, so `Head` (overfit mode)
+and the resumable sampler index it like any dataset; validation windows are fixed and do not overlap."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from harness.data import shards
+from harness.data.dataset import DiskDataModule
+from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
+from harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".txt", ".md", ".py", ".jsonl")  # what a folder contributes (and the same with .gz)
+STDLIB_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+
+
+def stdlib_files() -> list[Path]:
+    """The running Python's own standard library source, its tests and installed packages left out."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [p for p in sorted(root.rglob("*.py")) if not STDLIB_SKIP & set(p.relative_to(root).parts[:-1])]
+
+
+def resolve_files(files) -> list[Path]:
+    """The corpus's files, in order, from a file, a folder, a glob, a list of those, or `stdlib`."""
+    if files == "stdlib":
+        return stdlib_files()
+    entries = [files] if isinstance(files, str) else list(files or [])
+    if not entries:
+        raise ConfigError("data.files", files, "give a file, a folder, a glob or a list of them, or stdlib")
+    found: dict[Path, None] = {}
+    for entry in map(str, entries):
+        path = Path(entry).expanduser()
+        if any(c in entry for c in "*?["):
+            matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True))]
+            matched = [p for p in matched if p.is_file()]
+            if not matched:
+                raise ConfigError("data.files", entry, "the glob matches no file; check the pattern")
+        elif path.is_dir():
+            matched = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.name.removesuffix(".gz").endswith(SUFFIXES)
+            )
+            if not matched:
+                raise ConfigError(
+                    "data.files", entry, f"the folder holds no {'/'.join(SUFFIXES)} (or .gz) file"
+                )
+        elif path.is_file():
+            matched = [path]
+        else:
+            raise ConfigError(
+                "data.files", entry, "no such file or folder; give a file, a folder or a glob, or stdlib"
+            )
+        found.update(dict.fromkeys(p.resolve() for p in matched))
+    return list(found)
+
+
+def corpus_name(files) -> str:
+    """A readable folder name for `files`: stdlib-py311, the file's or folder's name, the first name +N."""
+    if files == "stdlib":
+        return f"stdlib-py{sys.version_info.major}{sys.version_info.minor}"
+    entries = [files] if isinstance(files, str) else list(files)
+    first = Path(re.split(r"[*?\[]", str(entries[0]))[0].rstrip("/") or "files").name
+    name = re.sub(r"[^\w.-]+", "_", first)[:40] + (f"+{len(entries) - 1}" if len(entries) > 1 else "")
+    return name.strip("._") or "files"
+
+
+def window_start(seed: int, index: int, span: int) -> int:
+    """A place in [0, span) drawn from (seed, index) alone: splitmix64 of the pair."""
+    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % span
+
+
+class Windows(Dataset):
+    """Windows of `length + 1` tokens of the range [begin, end) of a token stream. Items are dicts of the Batch
+    contract (lm: input_ids = window[:-1], targets = window[1:], every position in the mask); `record(i)` is
+    the window decoded, read from the shards apart from the tensors.
+
+    seed given: `(end - begin) // (length + 1)` windows, window i at a place drawn from (seed, i). seed None:
+    `count` non-overlapping windows spread evenly over the range, the same every time."""
+
+    def __init__(self, store, tokenizer, length: int, begin: int, end: int, seed=None, count=None):
+        self.store, self.tokenizer, self.width = store, tokenizer, length + 1
+        self.begin, self.end, self.seed = begin, end, seed
+        self.tiles = (end - begin) // self.width
+        self.count = self.tiles if seed is not None or count is None else min(count, self.tiles)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def start(self, i: int) -> int:
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        if self.seed is not None:
+            return self.begin + window_start(self.seed, i, self.end - self.begin - self.width + 1)
+        return self.begin + self.width * (i * self.tiles // self.count)
+
+    def __getitem__(self, i: int) -> dict:
+        window = torch.from_numpy(self.store.read(self.start(i), self.width).astype(np.int64))
+        loss_mask = torch.ones(self.width - 1, dtype=torch.bool)
+        return {"input_ids": window[:-1], "targets": window[1:], "loss_mask": loss_mask}
+
+    def record(self, i: int) -> dict:
+        return {"text": self.tokenizer.decode(self.store.read(self.start(i), self.width).tolist())}
+
+
+class CorpusDataModule(DiskDataModule):
+    """Next-token prediction on a corpus (see the module docstring); `tokenizer` is the tokenizer config node
+    (conf/tokenizer/*.yaml: char, bpe or hf)."""
+
+    def __init__(
+        self,
+        length: int,
+        files="stdlib",
+        tokenizer=None,
+        text_field: str = "text",
+        val_fraction: float = 0.1,
+        val_windows: int | None = 512,
+        max_files: int | None = None,
+        max_bytes: int | None = None,
+        workers: int | None = None,
+        seed: int = 0,
+        batch_size: int = 16,
+        root: str = "data",
+        num_workers: int = 0,
+    ):
+        super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
+        if not 0 < val_fraction < 1:
+            raise ConfigError(
+                "data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)"
+            )
+        for key, value in (
+            ("val_windows", val_windows),
+            ("max_files", max_files),
+            ("max_bytes", max_bytes),
+            ("workers", workers),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"data.{key}", value, "must be a whole number >= 1, or null")
+        self.tokenizer_cfg = tokenizer_config(tokenizer if tokenizer is not None else {"kind": "char"})
+        self.text_field, self.val_fraction, self.val_windows = text_field, val_fraction, val_windows
+        self.workers, self.seed = workers or os.cpu_count() or 1, seed
+        paths = resolve_files(files)[: max_files or None]
+        self.files, total = [], 0  # (path, bytes): whole files, in order, until they hold max_bytes
+        for path in paths:
+            if max_bytes and total >= max_bytes:
+                break
+            self.files.append((str(path), path.stat().st_size))
+            total += self.files[-1][1]
+        if not total:
+            raise ConfigError("data.files", files, "the corpus is empty (0 bytes); give files that hold text")
+        stamp = [(p, s, Path(p).stat().st_mtime_ns) for p, s in self.files] + [text_field]
+        key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:10]
+        self.corpus_dir = self.root / "corpus" / f"{corpus_name(files)}-{key}"
+        self.tokenizer_dir = self.corpus_dir / self.tokenizer_tag()
+        self.dataset_dir = self.tokenizer_dir / f"val{val_fraction}"
+
+    def tokenizer_tag(self) -> str:
+        """The tokenizer's folder name inside the corpus's: bpe4096, char, char-<alphabet>, hf-<path>."""
+        cfg, kind = self.tokenizer_cfg, self.tokenizer_cfg["kind"]
+        if kind == "bpe":
+            return f"bpe{cfg['vocab_size']}"
+        if kind == "char" and not cfg.get("alphabet"):
+            return "char"
+        what = (
+            cfg["alphabet"]
+            if kind == "char"
+            else [str(Path(cfg["path"]).expanduser().resolve()), cfg.get("eos_token")]
+        )
+        return f"{kind}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]}"
+
+    def trained_bpe(self) -> HFTokenizer:
+        """tokenizer=bpe: the BPE trained on this corpus (harness.data.prepare trains it)."""
+        text = (self.tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
+        return HFTokenizer.from_str(text, bos=END_OF_TEXT, eos=END_OF_TEXT)
+
+    def prepare_data(self) -> None:
+        """Tokenize the corpus into shards once (harness.data.prepare); a later call finds them and returns."""
+        from harness.data.prepare import prepare
+
+        prepare(self)
+
+    def load_tokenizer(self, meta: dict) -> CharTokenizer | HFTokenizer:
+        """The tokenizer of the config, checked against the one the shards were made with (its fingerprint)."""
+        cfg = self.tokenizer_cfg
+        if cfg["kind"] == "char":
+            tokenizer = CharTokenizer(cfg.get("alphabet") or meta["tokenizer"]["alphabet"])
+        elif cfg["kind"] == "hf":
+            tokenizer = load_hf(cfg["path"], cfg.get("eos_token"))
+        else:
+            tokenizer = self.trained_bpe()
+        made_with = meta["tokenizer"]["fingerprint"]
+        if tokenizer.fingerprint() != made_with:
+            key = {"char": "tokenizer.alphabet", "hf": "tokenizer.path", "bpe": "tokenizer.vocab_size"}[
+                cfg["kind"]
+            ]
+            raise ConfigError(
+                key,
+                cfg.get(key.split(".")[1]),
+                f"this tokenizer (fingerprint {tokenizer.fingerprint()[:12]}) is not the one the shards in "
+                f"{self.dataset_dir} were made with ({made_with[:12]}); restore it, or delete that folder to prepare again",
+            )
+        return tokenizer
+
+    def check_windows(self, meta: dict) -> None:
+        """A ConfigError unless each split holds at least one window of length + 1 tokens."""
+        for split, part in meta["splits"].items():
+            if part["tokens"] < self.length + 1:
+                raise ConfigError(
+                    "data.length",
+                    self.length,
+                    f"the corpus holds {meta['tokens']} tokens, {part['tokens']} of them in the {split} split: fewer "
+                    f"than one window of {self.length + 1}; use a shorter data.length, more files or another data.val_fraction",
+                )
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_dataset is not None:
+            return
+        meta = shards.read_meta(self.dataset_dir)
+        if meta is None:
+            raise ConfigError(
+                "data.root",
+                str(self.root),
+                f"no prepared corpus at {self.dataset_dir}: call prepare_data() first",
+            )
+        self.check_windows(meta)
+        self.tokenizer = self.load_tokenizer(meta)
+        store = shards.TokenStore(self.dataset_dir, meta)
+        train, val = meta["splits"]["train"], meta["splits"]["val"]
+        window = dict(store=store, tokenizer=self.tokenizer, length=self.length)
+        self.train_dataset = Windows(**window, begin=0, end=train["tokens"], seed=self.seed)
+        self.val_dataset = Windows(
+            **window, begin=val["start"], end=val["start"] + val["tokens"], count=self.val_windows
+        )

@@ -1,0 +1,216 @@
+"""Preparing a corpus (data=corpus): the tokenizer made from it, its files tokenized into shards, atomically.
+
+    python -m harness.data.prepare data=corpus data.files='books/*.txt' tokenizer=bpe
+
+does only that step, with the config train.py would compose; a run does the same on first use (the
+datamodule's prepare_data), and every later run and sweep job reuses the folder. Errors in the files or the
+config print one `error:` line and exit 2, as train.py's do."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.data import shards
+from harness.data.tokenizer import CharTokenizer, HFTokenizer, load_hf, train_bpe
+from harness.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on `path` (created if need be): one preparer at a time, the others wait."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process preparing %s", path.with_suffix(""))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def prepare(data) -> Path:
+    """Make `data`'s (a CorpusDataModule) prepared folder unless a whole one is there; its path. A user
+    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
+    folder, bpe = data.dataset_dir, data.tokenizer_cfg["kind"] == "bpe"
+    with locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
+        if shards.is_whole(folder) and (not bpe or (data.tokenizer_dir / "tokenizer.json").is_file()):
+            return folder
+        for stale in folder.parent.glob(f".{folder.name}.*"):  # what a killed preparer left
+            shutil.rmtree(stale, ignore_errors=True)
+        if folder.exists():
+            log.warning("%s is incomplete, or its tokenizer is gone: preparing it again", folder)
+            shutil.rmtree(folder)
+        try:
+            write(data)
+        except shards.NotText as err:
+            fix = "convert it to UTF-8 (iconv -t UTF-8) or leave it out of data.files"
+            raise ConfigError("data.files", err.path, f"{err.reason} at byte {err.offset}; {fix}") from None
+    return folder
+
+
+def write(data) -> None:
+    """Tokenize `data`'s files into a temporary folder beside the final one, then rename it into place."""
+    started, tasks = time.perf_counter(), shards.plan(data.files, data.workers)
+    tokenizer = build_tokenizer(data, tasks)
+    dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
+    folder = data.dataset_dir
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        written = run_tasks(
+            shards.encode_task,
+            tasks,
+            data.workers,
+            "tokenizing",
+            spec=tokenizer.spec(),
+            text_field=data.text_field,
+            folder=str(staging),
+            dtype=dtype,
+        )
+        total = sum(count for count, _ in written)
+        held_out = round(total * data.val_fraction)
+        meta = {
+            "format": shards.FORMAT,
+            "dtype": dtype,
+            "tokens": total,
+            "tokenizer": {**describe(tokenizer), "config": data.tokenizer_cfg},
+            "splits": {
+                "train": {"start": 0, "tokens": total - held_out},
+                "val": {"start": total - held_out, "tokens": held_out},
+            },
+            "shards": [
+                {"file": task.shard, "tokens": count, "sha256": digest}
+                for task, (count, digest) in zip(tasks, written, strict=True)
+            ],
+            "source": {
+                "files": len(data.files),
+                "bytes": sum(s for _, s in data.files),
+                "first": data.files[0][0],
+            },
+        }
+        data.check_windows(meta)  # before the rename: a corpus too short for this length leaves nothing
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        try:
+            os.rename(staging, folder)
+        except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
+            if not shards.is_whole(folder):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    seconds, mb = time.perf_counter() - started, meta["source"]["bytes"] / 1e6
+    log.info(
+        "prepared %s: %d files, %.1f MB -> %d tokens in %.1f s", folder, len(data.files), mb, total, seconds
+    )
+
+
+def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokenizer:
+    """The tokenizer the config asks for, made from the corpus where it must be: char's alphabet from every
+    character the corpus holds (unless tokenizer.alphabet gives it), the BPE trained on the corpus (unless
+    trained before for it and this vocabulary size: then read from its tokenizer.json)."""
+    cfg = data.tokenizer_cfg
+    if cfg["kind"] == "hf":
+        return load_hf(cfg["path"], cfg.get("eos_token"))
+    if cfg["kind"] == "char":
+        seen = run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
+        found = "".join(sorted(set("".join(chars for (chars,) in seen))))
+        alphabet = cfg.get("alphabet")
+        unknown = "".join(sorted(set(found) - set(alphabet or found)))
+        if unknown:
+            fix = "add them to tokenizer.alphabet, or set tokenizer.alphabet=null for the corpus's own"
+            raise ConfigError(
+                "tokenizer.alphabet", alphabet, f"the corpus holds {unknown!r} outside it; {fix}"
+            )
+        return CharTokenizer(alphabet or found)
+    path = data.tokenizer_dir / "tokenizer.json"
+    if not path.is_file():
+        log.info("training a byte-level BPE of %d tokens on %s", cfg["vocab_size"], data.corpus_dir.name)
+        texts = (text for task in tasks for text, _, _ in shards.documents(task.pieces, data.text_field))
+        trained = train_bpe(texts, cfg["vocab_size"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trained.save(path.with_suffix(".tmp"))
+        os.replace(path.with_suffix(".tmp"), path)  # whole or absent
+    return data.trained_bpe()
+
+
+def run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:
+    """`function(task, **kwargs)` of every task, in task order, over a pool of `workers` processes (in this one
+    when one suffices), with a progress bar by bytes on stderr. A worker's exception is raised here."""
+    from tqdm import tqdm
+
+    call = functools.partial(function, **kwargs)
+    results = [None] * len(tasks)
+    with tqdm(total=sum(t.size for t in tasks), desc=desc, unit="B", unit_scale=True, file=sys.stderr) as bar:
+        if workers <= 1 or len(tasks) == 1:
+            for task in tasks:
+                results[task.index] = call(task)[1:]
+                bar.update(task.size)
+            return results
+        # fork: the workers need nothing imported again (spawn would import Lightning in each)
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with multiprocessing.get_context(method).Pool(min(workers, len(tasks))) as pool:
+            for index, *result in pool.imap_unordered(call, tasks):
+                results[index] = result
+                bar.update(tasks[index].size)
+    return results
+
+
+def describe(tokenizer) -> dict:
+    """What meta.json records of the tokenizer; `fingerprint` is what a later run's tokenizer must match."""
+    return {
+        "vocab_size": tokenizer.vocab_size,
+        "fingerprint": tokenizer.fingerprint(),
+        "bos_id": tokenizer.bos_id,
+        "eos_id": tokenizer.eos_id,
+        "alphabet": getattr(tokenizer, "alphabet", None),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.cli import _die, _explain
+    from harness.config import build, validate
+
+    overrides = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    conf = Path(__file__).resolve().parents[3] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3", job_name="prepare"):
+        try:
+            cfg = compose(config_name="train", overrides=overrides)
+        except Exception as err:  # the keys to list are those of the groups chosen (data=corpus's)
+            groups = [o for o in overrides if "." not in o.partition("=")[0]]
+            try:
+                base = compose(config_name="train", overrides=groups)
+            except Exception:
+                base = compose(config_name="train")
+            _die(_explain(err, overrides, base), err)
+    try:
+        validate(cfg, devices=False)
+        data = build(cfg.data, "data")
+        data.prepare_data()
+        folder = getattr(data, "dataset_dir", None)  # every built-in source has one; a fork's may not
+        if folder is not None and shards.read_meta(folder) and not shards.is_whole(folder, checksums=True):
+            raise ConfigError(
+                "data.root", cfg.data.root, f"{folder} fails its checksums; delete it, run again"
+            )
+    except ConfigError as err:
+        _die(str(err), err)
+    print(folder or "prepared")
+
+
+if __name__ == "__main__":
+    main()

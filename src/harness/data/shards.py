@@ -1,0 +1,304 @@
+"""Token shards on disk: a corpus's files read in pieces and tokenized (the workers' side of
+harness.data.prepare, which runs them and commits the folder), and read back through memory maps
+(harness.data.corpus's windows).
+
+A prepared folder:
+
+    meta.json          {"format", "dtype", "tokens", "tokenizer": {vocab_size, fingerprint, bos_id, eos_id,
+                        alphabet, config}, "splits": {"train": {"start", "tokens"}, "val": {...}},
+                        "shards": [{"file", "tokens", "sha256"}, ...], "source": {files, bytes, first}}
+    shard-00000.bin    token ids, uint16 (vocabularies up to 65536) or uint32, native order, no header
+
+The shards are the corpus's token stream in order (file after file, each document followed by the
+tokenizer's EOS, preceded by its BOS where that differs); the splits are two ranges of that stream.
+Pieces of a file are cut after a newline followed by a non-space character, which GPT-2's pre-tokenizer splits
+at anyway: the tokens do not depend on where the pieces fall."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "harness-corpus-1"
+BLOCK = 1 << 20  # bytes read (and tokenized) at a time: what bounds a worker's memory
+WHITESPACE = b" \t\n\r\x0b\x0c"
+TASK_BYTES = (256 << 10, 64 << 20)  # the least and most a worker's task (one shard) reads
+
+
+class NotText(Exception):
+    """A file that is not UTF-8 (or, for .jsonl, not JSON records with the text field); args are the message
+    parts, so that it crosses a process pool intact."""
+
+    def __init__(self, path: str, offset: int, reason: str):
+        super().__init__(path, offset, reason)
+        self.path, self.offset, self.reason = path, offset, reason
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bytes [start, end) of a file (end None: to its end); `last`: the piece ends its file."""
+
+    path: str
+    start: int = 0
+    end: int | None = None
+    last: bool = True
+
+    @property
+    def jsonl(self) -> bool:
+        return self.path.endswith((".jsonl", ".jsonl.gz"))
+
+    @property
+    def gz(self) -> bool:
+        return self.path.endswith(".gz")
+
+
+def cut_after(data: bytes, lines: bool) -> int:
+    """The last place in `data` where a piece may end (0 if none): after a newline followed by a non-space
+    byte (after any newline for records, `lines`)."""
+    end = len(data) - 1  # the byte after the newline must be in data
+    while (i := data.rfind(b"\n", 0, end)) >= 0:
+        if lines or data[i + 1] not in WHITESPACE:
+            return i + 1
+        end = i
+    return 0
+
+
+def first_cut(data: bytes, lines: bool) -> int | None:
+    """The first place in `data` where a piece may begin, as `cut_after` places it; None if none."""
+    i = -1
+    while (i := data.find(b"\n", i + 1, len(data) - 1)) >= 0:
+        if lines or data[i + 1] not in WHITESPACE:
+            return i + 1
+    return None
+
+
+def split_file(path: str, size: int, piece_bytes: int) -> list[Piece]:
+    """`path` as pieces of about `piece_bytes` (a .gz file is one piece: it cannot be entered part-way)."""
+    if path.endswith(".gz") or size <= piece_bytes:
+        return [Piece(path)]
+    starts = [0]
+    with open(path, "rb") as f:
+        while starts[-1] + piece_bytes < size:
+            f.seek(starts[-1] + piece_bytes)
+            cut = first_cut(f.read(BLOCK), lines=path.endswith(".jsonl"))
+            if cut is None:  # nowhere to cut in a whole block: the rest is one piece
+                break
+            starts.append(starts[-1] + piece_bytes + cut)
+    ends = [*starts[1:], size]
+    return [Piece(path, s, e, last=e == size) for s, e in zip(starts, ends, strict=True)]
+
+
+def _open(piece: Piece):
+    if piece.gz:
+        return gzip.open(piece.path, "rb")
+    f = open(piece.path, "rb")  # noqa: SIM115  (closed by the caller's with)
+    f.seek(piece.start)
+    return f
+
+
+def _decode(data: bytes, piece: Piece, offset: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise NotText(piece.path, offset + err.start, f"not UTF-8 text ({err.reason})") from None
+
+
+def read_texts(piece: Piece, text_field: str = "text"):
+    """Yield (text, ends a document) for `piece`, in order, about BLOCK bytes at a time. Raises NotText."""
+    with _open(piece) as stream:
+        if piece.jsonl:
+            yield from _records(stream, piece, text_field)
+            return
+        left = None if piece.end is None else piece.end - piece.start
+        offset, carry = piece.start, b""  # offset: where data[0] lies in the (decompressed) file
+        while True:
+            block = stream.read(BLOCK if left is None else min(BLOCK, left))
+            left = None if left is None else left - len(block)
+            data = carry + block
+            if not block:  # the end of the piece
+                yield _decode(data, piece, offset), piece.last
+                return
+            cut = cut_after(data, lines=False)
+            if cut == 0 and len(data) < 16 * BLOCK:
+                carry = data  # nowhere to cut yet: read on
+                continue
+            if cut == 0:  # 16 blocks without a newline: cut before the last character's first byte
+                cut = len(data) - 1
+                while cut > 0 and data[cut] & 0xC0 == 0x80:
+                    cut -= 1
+                cut = cut or len(data)  # no character starts in it: not UTF-8, which _decode says
+            yield _decode(data[:cut], piece, offset), False
+            offset, carry = offset + cut, data[cut:]
+
+
+def _records(stream, piece: Piece, text_field: str):
+    """Yield (the text field, True) of each JSON record, one a line."""
+    offset = piece.start
+    for line in stream:
+        if piece.end is not None and offset >= piece.end:
+            return
+        text = _decode(line, piece, offset)
+        if text.strip():
+            try:
+                value = json.loads(text)[text_field]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise NotText(piece.path, offset, f"not a JSON record with a {text_field!r} field") from None
+            if not isinstance(value, str):
+                raise NotText(piece.path, offset, f"the {text_field!r} field is not a string")
+            yield value, True
+        offset += len(line)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One worker's share: consecutive pieces, tokenized into one shard file."""
+
+    index: int
+    pieces: tuple[Piece, ...]
+    size: int  # bytes on disk, for the progress bar
+
+    @property
+    def shard(self) -> str:
+        return f"shard-{self.index:05d}.bin"
+
+
+def plan(files: list[tuple[str, int]], workers: int, piece_bytes: int = 4 << 20) -> list[Task]:
+    """Tasks over `files` ((path, bytes) in corpus order): about four a worker, of 256 KiB to 64 MiB each. A
+    file is cut into pieces of `piece_bytes` (whatever `workers`: the pieces, and so the tokens, are the same
+    on every machine); a task holds whole pieces, several small files or part of a large one."""
+    total = sum(size for _, size in files)
+    task_bytes = min(max(total // (4 * max(workers, 1)), TASK_BYTES[0]), TASK_BYTES[1])
+    tasks, pieces, size = [], [], 0
+    for path, file_size in files:
+        for piece in split_file(path, file_size, piece_bytes):
+            piece_size = (piece.end if piece.end is not None else file_size) - piece.start
+            if pieces and size + piece_size > task_bytes:
+                tasks.append(Task(len(tasks), tuple(pieces), size))
+                pieces, size = [], 0
+            pieces.append(piece)
+            size += piece_size
+    if pieces:
+        tasks.append(Task(len(tasks), tuple(pieces), size))
+    return tasks
+
+
+def documents(pieces, text_field: str):
+    """Yield (text, starts a document, ends one) over `pieces`, in order."""
+    for piece in pieces:
+        starting = piece.start == 0 or piece.jsonl
+        for text, ends in read_texts(piece, text_field):
+            yield text, starting, ends
+            starting = ends
+
+
+def scan_task(task: Task, text_field: str) -> tuple[int, str]:
+    """(task index, every character its pieces hold, sorted): a char tokenizer's alphabet, in parallel."""
+    seen: set[str] = set()
+    for text, _, _ in documents(task.pieces, text_field):
+        seen.update(text)
+    return task.index, "".join(sorted(seen))
+
+
+def encode_task(task: Task, spec: dict, text_field: str, folder: str, dtype: str) -> tuple[int, int, str]:
+    """Tokenize `task` into `folder/task.shard`: (task index, tokens written, their sha256). Each document is
+    followed by the EOS and preceded by the BOS where the tokenizer has them (GPT-2's one token: EOS only)."""
+    from harness.data.tokenizer import from_spec
+
+    tokenizer = from_spec(spec)
+    eos, bos = tokenizer.eos_id, tokenizer.bos_id if tokenizer.bos_id != tokenizer.eos_id else None
+    encode_batch = getattr(tokenizer, "encode_batch", None) or (
+        lambda texts: [tokenizer.encode(t) for t in texts]
+    )
+    digest, count, batch = hashlib.sha256(), 0, []
+
+    def flush() -> int:
+        ids = []
+        for (_, starts, ends), encoded in zip(batch, encode_batch([t for t, _, _ in batch]), strict=True):
+            ids += ([bos] if starts and bos is not None else []) + encoded
+            ids += [eos] if ends and eos is not None else []
+        data = np.asarray(ids, dtype=dtype).tobytes()
+        out.write(data)
+        digest.update(data)
+        batch.clear()
+        return len(ids)
+
+    with open(Path(folder) / task.shard, "wb") as out:
+        for item in documents(task.pieces, text_field):
+            batch.append(item)
+            if sum(len(t) for t, _, _ in batch) >= BLOCK:
+                count += flush()
+        count += flush()
+    return task.index, count, digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_meta(folder: Path) -> dict | None:
+    """The prepared folder's meta.json, or None where there is none (or not a whole one)."""
+    try:
+        meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format") == FORMAT else None
+
+
+def is_whole(folder: Path, checksums: bool = False) -> bool:
+    """True when `folder` holds meta.json and every shard it lists, at its length (and, with `checksums`, with
+    its sha256: reads every byte)."""
+    meta = read_meta(folder)
+    if meta is None:
+        return False
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    for shard in meta["shards"]:
+        path = Path(folder) / shard["file"]
+        if not path.is_file() or path.stat().st_size != shard["tokens"] * itemsize:
+            return False
+        if checksums and sha256_file(path) != shard["sha256"]:
+            return False
+    return True
+
+
+class TokenStore:
+    """A prepared folder's token stream, read through memory maps. The maps open on first read, in the
+    process that reads (a DataLoader worker maps its own; pickling carries the paths, not the data)."""
+
+    def __init__(self, folder: Path, meta: dict):
+        self.paths = [Path(folder) / s["file"] for s in meta["shards"]]
+        self.counts = [s["tokens"] for s in meta["shards"]]
+        self.ends = np.cumsum(self.counts).tolist()
+        self.dtype = np.dtype(meta["dtype"])
+        self.maps: list | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "maps": None}
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Tokens [start, start + count) of the stream, across shard boundaries."""
+        if self.maps is None:
+            self.maps = [
+                np.memmap(p, dtype=self.dtype, mode="r") if n else np.empty(0, self.dtype)
+                for p, n in zip(self.paths, self.counts, strict=True)
+            ]
+        assert start >= 0 and start + count <= len(self), (start, count, len(self))
+        parts, k = [], bisect_right(self.ends, start)
+        while count > 0:
+            offset = start - (self.ends[k] - self.counts[k])
+            take = min(count, self.counts[k] - offset)
+            parts.append(self.maps[k][offset : offset + take])
+            start, count, k = start + take, count - take, k + 1
+        return np.concatenate(parts) if len(parts) != 1 else np.array(parts[0])
