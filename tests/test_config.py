@@ -133,8 +133,9 @@ def test_an_argument_the_target_does_not_take_is_named(make_config):
 
 
 def test_config_knows_every_mode_the_run_has():
-    """validate() names the modes without importing Lightning; harness.modes runs them: one list."""
+    """validate() names the modes without importing Lightning; harness.modes trains in them, and
+    mode=eval (harness.evaluate) trains in none."""
     from harness.config import MODES
     from harness.modes import MODES as RUNNABLE
 
-    assert tuple(RUNNABLE) == MODES
+    assert (*RUNNABLE, "eval") == MODES

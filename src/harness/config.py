@@ -19,10 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.distributed import check_devices
 from harness.errors import ConfigError
 
-MODES = (
-    "overfit",
-    "full",
-)  # the names of harness.modes.MODES (imported only to run: Lightning is slow to load)
+#: harness.modes.MODES, which train (named here: Lightning is slow to import), and eval (harness.evaluate)
+MODES = ("overfit", "full", "eval")
 
 
 def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
@@ -76,6 +74,12 @@ def check_files(cfg: DictConfig) -> None:
             cfg.ckpt_path,
             "no such file; give the path of a .ckpt file "
             "(a full run saves <run dir>/checkpoints/last.ckpt), or last",
+        )
+    if cfg.mode.name == "eval" and cfg.ckpt_path is None:
+        raise ConfigError(
+            "ckpt_path",
+            None,
+            "mode=eval evaluates a checkpoint: give ckpt_path=<a .ckpt file> or ckpt_path=last",
         )
     if cfg.mode.name == "overfit" and cfg.ckpt_path is not None:
         raise ConfigError(

@@ -15,6 +15,49 @@ from harness.seeding import rng_state, set_rng_state
 log = logging.getLogger(__name__)
 
 
+def find_checkpoint(ckpt_path: str, run_dir: Path) -> str:
+    """`ckpt_path` itself, or for `last` the newest checkpoints/last.ckpt of an earlier run under the same
+    outputs folder as `run_dir` (outputs/runs/<date>/<time>)."""
+    from harness.errors import ConfigError
+
+    if ckpt_path != "last":
+        return ckpt_path
+    runs = run_dir.parent.parent
+    found = sorted(runs.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = [p for p in found if run_dir not in p.parents]
+    if not found:
+        raise ConfigError(
+            "ckpt_path",
+            "last",
+            f"no earlier run under {runs} has checkpoints/last.ckpt; give a checkpoint's path",
+        )
+    log.info("checkpoint: %s", found[-1])
+    return str(found[-1])
+
+
+def load_checked(ckpt_path: str, ours: dict, fix: str) -> dict:
+    """The checkpoint's state_dict, loaded weights-only (a checkpoint cannot run code), refused in one line
+    naming the first tensor whose name or shape differs from `ours` (a state_dict); `fix` ends the line."""
+    from harness.errors import ConfigError
+
+    try:
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+    except Exception as err:
+        raise ConfigError(
+            "ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})"
+        ) from None
+    for key in sorted(set(ours) | set(state)):
+        if key not in ours or key not in state or ours[key].shape != state[key].shape:
+            theirs = tuple(state[key].shape) if key in state else "missing"
+            mine = tuple(ours[key].shape) if key in ours else "missing"
+            raise ConfigError(
+                "ckpt_path",
+                ckpt_path,
+                f"belongs to another model shape: {key} is {theirs} there, {mine} here; {fix}",
+            )
+    return state
+
+
 class NonFinite(Exception):
     """A NaN or inf reached the loss or a gradient; `where` names the first module or parameter."""
 

@@ -16,7 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import build, validate
 from harness.distributed import global_rank, started_by_lightning
 from harness.errors import ConfigError
-from harness.faults import Interrupted, NonFinite, NonFiniteGuard, ResumeState, StopOnSignal
+from harness.faults import (
+    Interrupted,
+    NonFinite,
+    NonFiniteGuard,
+    ResumeState,
+    StopOnSignal,
+    find_checkpoint,
+    load_checked,
+)
 from harness.loggers import build_loggers, finish_loggers
 from harness.modes import mode_for
 from harness.module import HarnessModule
@@ -40,35 +48,8 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
     earlier run under the same outputs folder. Loaded weights-only: a checkpoint cannot run code."""
     if ckpt_path is None:
         return None
-    if ckpt_path == "last":
-        runs = run_dir.parent.parent  # outputs/runs/<date>/<time> -> outputs/runs
-        found = sorted(runs.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-        found = [p for p in found if run_dir not in p.parents]
-        if not found:
-            raise ConfigError(
-                "ckpt_path",
-                "last",
-                f"no earlier run under {runs} has checkpoints/last.ckpt; give a checkpoint's path",
-            )
-        ckpt_path = str(found[-1])
-        log.info("resuming from %s", ckpt_path)
-    try:
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
-    except Exception as err:
-        raise ConfigError(
-            "ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})"
-        ) from None
-    ours = module.state_dict()
-    for key in sorted(set(ours) | set(state)):
-        if key not in ours or key not in state or ours[key].shape != state[key].shape:
-            theirs = tuple(state[key].shape) if key in state else "missing"
-            mine = tuple(ours[key].shape) if key in ours else "missing"
-            raise ConfigError(
-                "ckpt_path",
-                ckpt_path,
-                f"belongs to another model shape: {key} is {theirs} there, "
-                f"{mine} here; resume with the config it was trained with",
-            )
+    ckpt_path = find_checkpoint(ckpt_path, run_dir)
+    load_checked(ckpt_path, module.state_dict(), "resume with the config it was trained with")
     return ckpt_path
 
 
@@ -112,6 +93,12 @@ def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
+        from harness.evaluate import evaluate
+
+        verdict = evaluate(cfg, run_dir)
+        verdict.write(run_dir)
+        return verdict.as_dict()
     # from here a signal is recorded and acted on at the next safe point (after the preflight, at the end of
     # a training step), and the handlers stay until the verdict is written
     interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")

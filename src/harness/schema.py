@@ -27,6 +27,9 @@ class Mode:
     ckpt_every: int = 0
     log_every: int = 1
     progress_bar: bool = False
+    samples: int = 3  # mode=eval: continuations written to eval.json
+    new_tokens: int = 32  # mode=eval: tokens each continuation adds
+    temperature: float = 0.8  # mode=eval: the sampled continuation's (the other is greedy)
 
 
 @dataclass

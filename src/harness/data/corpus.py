@@ -254,3 +254,11 @@ class CorpusDataModule(DiskDataModule):
         self.val_dataset = Windows(
             **window, begin=val["start"], end=val["start"] + val["tokens"], count=self.val_windows
         )
+
+    def unigram_entropy(self) -> float:
+        """Nats per token of the training tokens' unigram distribution: the best a model that ignores its
+        context can score. A language model that learns anything from context gets well below it."""
+        train = self.train_dataset
+        counts = np.bincount(train.store.read(train.begin, train.end - train.begin).astype(np.int64))
+        p = counts[counts > 0] / counts.sum()
+        return float(-(p * np.log(p)).sum())

@@ -1,0 +1,164 @@
+"""mode=eval: a trained checkpoint measured on held-out data, and a few continuations read back as text.
+
+    python train.py mode=eval ckpt_path=last          # the newest checkpoints/last.ckpt under outputs/runs/
+    python train.py mode=eval ckpt_path=<file>        # any checkpoint of a run of this harness
+
+The model, data and tokenizer are those the checkpoint was trained with (its run dir's .hydra/config.yaml), so
+nothing needs repeating; the weights are loaded weights-only (a checkpoint cannot run code). Writes eval.json
+(loss, perplexity, bits per token, bits per byte for text, the tokens counted, continuations) and a verdict."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.batches import to_device, training_mode
+from harness.config import build
+from harness.faults import find_checkpoint, load_checked
+from harness.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+
+def trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
+    """`cfg` with the model, data and tokenizer of the run that wrote `ckpt` (<run>/checkpoints/x.ckpt), where
+    that run's config is still beside it; else `cfg` as given (a checkpoint moved away from its run)."""
+    saved = ckpt.parent.parent / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        log.warning("no %s: evaluating with this run's model and data config", saved)
+        return cfg
+    trained = OmegaConf.load(saved)
+    merged = cfg.copy()
+    with open_dict(merged):
+        for key in ("model", "data", "tokenizer"):
+            if key in trained:
+                merged[key] = trained[key]
+    return merged
+
+
+def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    """The checkpoint's weights into `model` (the LightningModule's `model.` tensors), weights-only."""
+    ours = {f"model.{k}": v for k, v in model.state_dict().items()}
+    state = load_checked(str(ckpt), ours, "evaluate it with the config it was trained with")
+    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()})
+
+
+@torch.no_grad()
+def measure(model: torch.nn.Module, loader, tokenizer, lm: bool) -> dict:
+    """Summed cross entropy (nats) over the loss mask of every batch, the tokens counted, and for language
+    modelling the UTF-8 bytes those target tokens decode to (bits per byte compares tokenizers fairly)."""
+    nats, tokens, text_bytes = 0.0, 0, 0
+    for batch in loader:
+        batch = to_device(batch, next(model.parameters()).device)
+        logits = model(batch["input_ids"]).float()
+        mask = batch["loss_mask"]
+        losses = torch.nn.functional.cross_entropy(logits[mask], batch["targets"][mask], reduction="sum")
+        nats += losses.item()
+        tokens += int(mask.sum())
+        if lm:
+            text_bytes += sum(len(tokenizer.decode(row.tolist()).encode()) for row in batch["targets"])
+    loss = nats / max(tokens, 1)
+    result = {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700)),
+        "bits_per_token": loss / math.log(2),
+        "tokens": tokens,
+    }
+    if lm and text_bytes:
+        result["bits_per_byte"] = nats / math.log(2) / text_bytes
+    return result
+
+
+@torch.no_grad()
+def continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, temperature: float, generator):
+    """`prompt` [time] followed by `new_tokens` tokens, each the most probable (temperature 0) or drawn at
+    `temperature`; the model sees at most the last `context` tokens."""
+    ids = prompt[None]
+    for _ in range(new_tokens):
+        logits = model(ids[:, -context:])[0, -1].float()
+        if temperature == 0:
+            token = logits.argmax()
+        else:
+            token = torch.multinomial((logits / temperature).softmax(-1).cpu(), 1, generator=generator)[0]
+        ids = torch.cat([ids, token.reshape(1, 1).to(ids.device)], dim=1)
+    return ids[0, prompt.numel() :]
+
+
+def continuations(model, dataset, tokenizer, cfg: DictConfig) -> list[dict]:
+    """The first `mode.samples` validation examples: the first half as the prompt, then the greedy and a
+    sampled continuation, all decoded."""
+    mode, out = cfg.mode, []
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    device = next(model.parameters()).device
+    for i in range(min(mode.samples, len(dataset))):
+        ids = dataset[i]["input_ids"].to(device)
+        prompt = ids[: max(1, ids.numel() // 2)]
+        greedy = continue_text(model, prompt, mode.new_tokens, ids.numel(), 0.0, generator)
+        sampled = continue_text(model, prompt, mode.new_tokens, ids.numel(), mode.temperature, generator)
+        out.append(
+            {
+                "prompt": tokenizer.decode(prompt.tolist()),
+                "greedy": tokenizer.decode(greedy.tolist()),
+                "sampled": tokenizer.decode(sampled.tolist()),
+            }
+        )
+    return out
+
+
+def table(results: dict) -> str:
+    rows = [f"{'split':<6} {'loss':>8} {'ppl':>10} {'bits/tok':>9} {'bits/byte':>9} {'tokens':>9}"]
+    for split, r in results.items():
+        bpb = f"{r['bits_per_byte']:9.3f}" if "bits_per_byte" in r else f"{'-':>9}"
+        rows.append(
+            f"{split:<6} {r['loss']:8.4f} {r['perplexity']:10.2f} {r['bits_per_token']:9.3f} {bpb} {r['tokens']:9d}"
+        )
+    return "\n".join(rows)
+
+
+def evaluate(cfg: DictConfig, run_dir: Path) -> Verdict:
+    """The whole of mode=eval: checkpoint -> its config -> data -> weights -> eval.json and a verdict."""
+    started = time.perf_counter()
+    ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir))
+    cfg = trained_config(cfg, ckpt)
+    data = build(cfg.data, "data")
+    data.prepare_data()
+    data.setup("validate")
+    model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
+    load_weights(model, ckpt)
+    splits = {"val": data.val_dataloader()}
+    if getattr(data, "test_dataset", None) is not None:
+        splits["test"] = data.test_dataloader()
+    with training_mode(model, False):
+        first = data.val_dataset[0]
+        lm = bool(first["loss_mask"].all())  # every position a target: language modelling
+        results = {split: measure(model, loader, data.tokenizer, lm) for split, loader in splits.items()}
+        samples = continuations(model, data.val_dataset, data.tokenizer, cfg)
+    report = {"checkpoint": str(ckpt), **results["val"], "splits": results, "continuations": samples}
+    if hasattr(data, "unigram_entropy"):  # what a model that ignores context scores at best (data=corpus)
+        report["unigram_entropy"] = data.unigram_entropy()
+    (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    print(table(results))
+    if "unigram_entropy" in report:
+        print(f"unigram entropy of the training tokens: {report['unigram_entropy']:.4f} nats/token")
+    for sample in samples[:2]:
+        print(f"\n{sample['prompt']!r}\n  greedy:  {sample['greedy']!r}\n  sampled: {sample['sampled']!r}")
+    verdict = Verdict(
+        status="DONE",
+        mode="eval",
+        model=getattr(model, "architecture", type(model).__name__),
+        data=cfg.data._target_.rpartition(".")[2],
+        length=cfg.data.length,
+        seed=cfg.seed,
+        val_loss=results["val"]["loss"],
+        run_dir=str(run_dir),
+        seconds=round(time.perf_counter() - started, 3),
+        checkpoint=str(ckpt),
+    )
+    log.info("DONE: %s evaluated, val loss %.4f: %s", ckpt, results["val"]["loss"], run_dir / "eval.json")
+    return verdict

@@ -1,0 +1,97 @@
+"""mode=eval: a checkpoint measured with the config it was trained with; eval.json read back."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.errors import ConfigError
+from harness.run import run
+from tests.conftest import PROBES_OFF
+
+CORPUS = "\n".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(400))
+
+
+@pytest.fixture
+def trained(make_config, tmp_path):
+    """A short mode=full run of a tiny GPT on a small corpus with a BPE: its run dir and verdict."""
+    (tmp_path / "corpus.py").write_text(CORPUS)
+    run_dir = tmp_path / "outputs" / "runs" / "day" / "first"
+    cfg = make_config(
+        "mode=full",
+        "data=corpus",
+        f"data.files={tmp_path / 'corpus.py'}",
+        f"data.root={tmp_path / 'data'}",
+        "data.length=16",
+        "data.workers=1",
+        "tokenizer.vocab_size=300",
+        "model.d_model=32",
+        "model.layers=1",
+        "model.heads=2",
+        "mode.max_steps=8",
+        "mode.val_every=8",
+        "preflight=false",
+        *PROBES_OFF,
+        run_dir=run_dir,
+    )
+    verdict = run(cfg)
+    assert verdict["status"] == "DONE"
+    # what Hydra writes beside every run (this config was composed in-process, so written here as Hydra would)
+    (run_dir / ".hydra").mkdir()
+    OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra" / "config.yaml")
+    return run_dir, verdict
+
+
+def test_eval_measures_the_checkpoint_with_its_own_config(trained, make_config, tmp_path):
+    run_dir, trained_verdict = trained
+    eval_dir = run_dir.parent / "second"
+    # nothing about the model or the data given: they come from the checkpoint's run dir
+    verdict = run(
+        make_config("mode=eval", "ckpt_path=last", "mode.samples=2", "mode.new_tokens=5", run_dir=eval_dir)
+    )
+    report = json.loads((eval_dir / "eval.json").read_text())
+    assert verdict["status"] == "DONE" and verdict["mode"] == "eval" and verdict["model"] == "GPT"
+    assert report["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
+    # the same weights on the same validation windows: the training run's own val/loss
+    assert report["loss"] == pytest.approx(trained_verdict["val_loss"], rel=1e-5)
+    assert report["perplexity"] == pytest.approx(math.exp(report["loss"]))
+    assert report["bits_per_token"] == pytest.approx(report["loss"] / math.log(2))
+    assert 0 < report["bits_per_byte"] < report["bits_per_token"]  # a BPE token holds more than a byte
+    assert report["tokens"] > 0 and report["tokens"] % 16 == 0
+    assert 0 < report["unigram_entropy"] < math.log(300)
+    assert len(report["continuations"]) == 2
+    for sample in report["continuations"]:
+        assert sample["prompt"] and CORPUS.find(sample["prompt"]) >= 0, sample
+        assert isinstance(sample["greedy"], str) and isinstance(sample["sampled"], str)
+
+
+def test_eval_refuses_a_checkpoint_of_another_model(trained, make_config, tmp_path):
+    run_dir, _ = trained
+    moved = tmp_path / "moved.ckpt"  # away from its run dir: the config given is all there is
+    shutil.copy(run_dir / "checkpoints" / "last.ckpt", moved)
+    cfg = make_config(
+        "mode=eval",
+        f"ckpt_path={moved}",
+        "data=corpus",
+        f"data.files={tmp_path / 'corpus.py'}",
+        f"data.root={tmp_path / 'data'}",
+        "data.length=16",
+        "tokenizer.vocab_size=300",
+        "model=rnn",
+        run_dir=tmp_path / "eval",
+    )
+    with pytest.raises(ConfigError) as err:
+        run(cfg)
+    assert str(err.value).startswith(f"ckpt_path={moved}") and "another model shape" in str(err.value), (
+        err.value
+    )
+
+
+def test_eval_needs_a_checkpoint(make_config):
+    with pytest.raises(ConfigError) as err:
+        run(make_config("mode=eval"))
+    assert str(err.value).startswith("ckpt_path=None") and "mode=eval" in str(err.value), err.value
