@@ -38,6 +38,7 @@ def test_option_composes_and_validates(group, option, make_config, tmp_path):
         ("data", "folder"): [f"data.path={_folder_dataset(tmp_path)}"],
         ("tokenizer", "bpe"): ["data=corpus"],  # the tokenizers other than char are data=corpus's
         ("tokenizer", "hf"): ["data=corpus", f"tokenizer.path={tmp_path}"],
+        ("mode", "eval"): ["ckpt_path=last"],  # eval measures a checkpoint
     }.get((group, option), [])
     cfg = make_config(f"{group}={option}", *extra)
     if (group, option) == ("trainer", "gpu") and not torch.cuda.is_available():
@@ -98,7 +99,7 @@ def test_bad_values_are_refused_naming_the_key(override, key, make_config):
             "mode.max_step=5",
             "mode.max_step=5: no such key, check its spelling; keys under mode: name, max_steps",
         ),
-        ("mode=fast", "mode=fast: no such option; choose one of full, overfit"),
+        ("mode=fast", "mode=fast: no such option; choose one of eval, full, overfit"),
     ],
 )
 def test_schema_refuses_a_wrong_type_while_composing(override, expected, capsys, tmp_path, monkeypatch):

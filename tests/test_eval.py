@@ -95,3 +95,36 @@ def test_eval_needs_a_checkpoint(make_config):
     with pytest.raises(ConfigError) as err:
         run(make_config("mode=eval"))
     assert str(err.value).startswith("ckpt_path=None") and "mode=eval" in str(err.value), err.value
+
+
+def test_the_lm_preset_trains_then_evaluates(make_config, tmp_path):
+    """experiment=lm, shrunk to seconds: a slice of stdlib, a small BPE, a tiny GPT, a few steps; then
+    mode=eval ckpt_path=last on what it wrote."""
+    shrink = (
+        "data.max_bytes=40000",
+        f"data.root={tmp_path / 'data'}",
+        "data.length=16",
+        "data.val_windows=8",
+        "tokenizer.vocab_size=300",
+        "model.size=tiny",
+        "model.layers=1",
+        "mode.max_steps=4",
+        "mode.val_every=4",
+        "schedule.warmup_steps=2",
+        "preflight=false",
+    )
+    runs = tmp_path / "outputs" / "runs" / "day"
+    cfg = make_config("experiment=lm", *shrink, *PROBES_OFF, run_dir=runs / "lm")
+    assert (cfg.model.size, cfg.data.files, cfg.tokenizer.kind, cfg.schedule.shape) == (
+        "tiny",
+        "stdlib",
+        "bpe",
+        "cosine",
+    )
+    trained = run(cfg)
+    assert trained["status"] == "DONE" and trained["model"] == "GPT" and trained["steps"] == 4
+    (runs / "lm" / ".hydra").mkdir()
+    OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, runs / "lm" / ".hydra" / "config.yaml")
+    run(make_config("mode=eval", "ckpt_path=last", run_dir=runs / "eval"))
+    report = json.loads((runs / "eval" / "eval.json").read_text())
+    assert report["loss"] == pytest.approx(trained["val_loss"], rel=1e-5) and report["tokens"] == 8 * 16
