@@ -64,5 +64,5 @@ format: $(STAMP)  ## ruff fix and format
 rename:  ## rename the package and every reference to it (make rename NAME=mylab), then run make install
 	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py $(NAME)
 
-clean:  ## remove outputs/ and generated data (keeps .venv)
-	rm -rf outputs data/synthetic data/text
+clean:  ## remove outputs/ and generated or prepared data (keeps .venv)
+	rm -rf outputs data/synthetic data/text data/corpus
