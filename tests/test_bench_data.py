@@ -25,6 +25,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # ~12 s: prepares two corpora and times a GPT step (make test-slow)
 def test_data_bench_writes_its_figures(tmp_path, monkeypatch, one_thread):
     monkeypatch.setattr(harness.bench, "OUT", tmp_path)  # write() reads the package's OUT
     result = bench_data.main(corpus_mb=0.3, warmup=1, steps=2, **TINY)
@@ -50,6 +51,7 @@ def test_data_bench_writes_its_figures(tmp_path, monkeypatch, one_thread):
     assert [len(loader["seconds"][k]) for k in ("loader", "step")] == [2, 2] and loader["batch"] == [4, 16]
 
 
+@pytest.mark.slow  # a prepare with its workers slowed on purpose
 def test_a_slow_prepare_misses_its_target(tmp_path, monkeypatch):
     """A second's sleep in the workers' encode_batch (inherited through fork) must show in the ratio."""
     encode_batch = HFTokenizer.encode_batch

@@ -276,6 +276,7 @@ def test_a_tokenizer_unlike_the_shards_is_refused(corpus, tmp_path):
         ready(datamodule(folder, tmp_path / "data", hf))
 
 
+@pytest.mark.slow  # ~10 s: a fresh interpreter that imports torch and Lightning
 def test_prepare_cli_exits_2_with_one_error_line_on_an_empty_glob(tmp_path):
     result = run_command(
         sys.executable, "-m", "harness.data.prepare", "data=corpus", f"data.files={tmp_path}/*.txt",

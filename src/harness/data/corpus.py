@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from harness.data import shards
-from harness.data.dataset import DiskDataModule
+from harness.data.dataset import DiskDataModule, held_out_fraction
 from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
 from harness.errors import ConfigError
 
@@ -147,10 +147,7 @@ class CorpusDataModule(DiskDataModule):
         num_workers: int = 0,
     ):
         super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
-        if not 0 < val_fraction < 1:
-            raise ConfigError(
-                "data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)"
-            )
+        held_out_fraction(val_fraction)
         for key, value in (
             ("val_windows", val_windows),
             ("max_files", max_files),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.data.dataset import DiskDataModule
+from harness.data.dataset import DiskDataModule, held_out_fraction
 from harness.errors import ConfigError
 
 
@@ -52,10 +52,7 @@ class TextDataModule(DiskDataModule):
         num_workers: int = 0,
     ):
         super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
-        if not 0 < val_fraction < 1:
-            raise ConfigError(
-                "data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)"
-            )
+        held_out_fraction(val_fraction)
         self.path, self.val_fraction = path, val_fraction
         self.name, self.text = read_corpus(path)
         unknown = sorted(set(self.text) - set(alphabet)) if alphabet is not None else []

@@ -47,6 +47,14 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return rearrange(turned, "pair b heads time half -> b heads time (half pair)").type_as(x)
 
 
+def gpt2_init(module: nn.Module) -> None:
+    """GPT-2's init of one module (model.apply(gpt2_init)): N(0, 0.02) weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float, bias: bool):
         super().__init__()
@@ -140,17 +148,10 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight  # tied: one tensor, two uses
-        self.apply(self._init)
+        self.apply(gpt2_init)
         for block in self.blocks:
             for projection in (block.attention.out, block.mlp.out):
                 nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * layers))
-
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         time = input_ids.shape[1]

@@ -8,6 +8,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from harness.models.gpt import gpt2_init
 from harness.twins import CausalAttention
 
 
@@ -74,14 +75,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, heads, dropout, vectorize) for _ in range(layers))
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        self.apply(gpt2_init)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         time = input_ids.shape[1]
