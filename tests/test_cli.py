@@ -63,6 +63,7 @@ def test_overfit_two_examples_passes(run_train, tmp_path):
     assert "preflight" in result.stderr + result.stdout and "PASS" in result.stderr + result.stdout
 
 
+@pytest.mark.slow  # a whole train.py run to its step budget
 def test_budget_exhausted_fails_with_exit_1(run_train, tmp_path):
     result = run_train("n=5", "mode.max_steps=2", "preflight=false")
     assert result.returncode == 1, result.stderr[-3000:]
@@ -104,7 +105,7 @@ def test_preflight_failure_stops_before_training_with_exit_3(run_train, tmp_path
         ("data.length=0", "data.length=0"),
         ("model=foo", "model=foo"),
         ("data.lenght=5", "data.lenght=5"),
-        ("n=5000", "n=5000"),
+        pytest.param("n=5000", "n=5000", marks=pytest.mark.slow),  # found once the data is read: ~8 s
     ],
 )
 def test_bad_value_exits_2_with_one_line(override, names, run_train, tmp_path):
@@ -125,6 +126,7 @@ def test_length_sweep_leaves_three_verdicts(run_train, tmp_path):
     assert sorted(json.loads(v.read_text())["length"] for v in verdicts) == [10, 50, 200]
 
 
+@pytest.mark.slow  # three train.py jobs in one sweep: ~13 s
 def test_overfit_ladder(run_train, tmp_path):
     result = run_train("-m", "mode=overfit", "n=1,2,5", "preflight=false")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -70,25 +70,27 @@ def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
     assert (tmp_path / "a/metrics.csv").read_text() == (tmp_path / "b/metrics.csv").read_text()
 
 
-def test_nonfinite_stops_at_its_step_naming_the_module(run_train, tmp_path):
-    result = run_train(
-        "model=rnn",
-        "model._target_=tests.fork_models.ExplodingGRU",
-        "mode=full",
-        "mode.ckpt_every=2",
-        "mode.max_steps=50",
-        "preflight=false",
-        "mode.progress_bar=false",
-        env=FORK,
+def test_nonfinite_stops_at_its_step_naming_the_module(make_config, tmp_path):
+    """In-process (test_nonfinite_ends_an_overfit_run_with_its_verdict runs train.py itself, in test-slow)."""
+    verdict = run(
+        make_config(
+            "model=rnn",
+            "model._target_=tests.fork_models.ExplodingGRU",
+            "mode=full",
+            "mode.ckpt_every=2",
+            "mode.max_steps=50",
+            "preflight=false",
+            "mode.progress_bar=false",
+        )
     )
-    assert result.returncode == 4, result.stderr[-3000:]
-    verdict = read_verdict(tmp_path / "run")
+    assert exit_code(verdict) == 4, verdict
     assert verdict["status"] == "NONFINITE" and "blowup" in verdict["nonfinite"]["where"], verdict
     assert verdict["nonfinite"]["step"] == verdict["steps"] <= 5  # no update after the bad step
     kept = _weights(tmp_path / "run/checkpoints/last.ckpt")
     assert all(torch.isfinite(v).all() for v in kept.values())
 
 
+@pytest.mark.slow  # a whole train.py run (the mode=full NaN test above runs in-process in make test)
 def test_nonfinite_ends_an_overfit_run_with_its_verdict(run_train, tmp_path):
     result = run_train(
         "model=rnn",
@@ -102,7 +104,10 @@ def test_nonfinite_ends_an_overfit_run_with_its_verdict(run_train, tmp_path):
     assert verdict["status"] == "NONFINITE" and verdict["mode"] == "overfit", verdict
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)],  # the same path twice
+)
 def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_path, data_root, make_config):
     """The real process is signalled mid-run; resuming from its checkpoint (in-process, quicker) ends at the
     same weights, bit for bit, as one uninterrupted run."""
@@ -131,6 +136,7 @@ def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_pa
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
 
+@pytest.mark.slow  # a train.py run killed mid-way: ~10 s
 def test_hard_kill_leaves_the_metrics_logged_until_then(tmp_path, data_root):
     args = [
         f"data.root={data_root}",
@@ -242,6 +248,7 @@ def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_pa
     assert result.returncode == 2 and len(lines) == 1 and names in lines[0], result.stderr
 
 
+@pytest.mark.slow  # two train.py runs: ~9 s
 def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_config, tmp_path):
     from harness.data.format import write_dataset
     from harness.data.synthetic import generate

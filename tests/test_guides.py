@@ -55,6 +55,7 @@ class AlwaysOnDropout(ConvLM):
 # (a) + (d) through the command line: the fork's model, with the fork's preflight check
 
 
+@pytest.mark.slow  # a whole train.py run of the fork's model: ~12 s (in-process twins of it stay in make test)
 def test_own_model_and_check_pass_through_train_py(run_train, tmp_path):
     done = run_train("model=rnn", "model._target_=examples.model.ConvLM", PREFLIGHT, *QUICK)
     assert done.returncode == 0, done.stderr[-3000:]

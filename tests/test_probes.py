@@ -205,6 +205,7 @@ def _wandb_records(path: Path):
             yield record
 
 
+@pytest.mark.slow  # a wandb offline run (test_trackers reads one back in make test)
 def test_wandb_offline_run_holds_the_probes_and_wandb_watch(tmp_path_factory, data_root, param_shapes):
     run_dir, _, _ = _run(
         tmp_path_factory, data_root, "wandb", "logger=wandb", "probes.wandb_watch=true", *EVERY_5

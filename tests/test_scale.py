@@ -158,6 +158,7 @@ def test_compiled_overfit_keeps_probes_and_checks(run_train, tmp_path):
     assert (tmp_path / "run" / "datapoints.jsonl").read_text()
 
 
+@pytest.mark.slow  # torch.compile traces the model: seconds
 def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_path):
     import pytorch_lightning as pl
     from torch._dynamo.utils import counters

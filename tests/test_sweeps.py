@@ -187,6 +187,7 @@ def failing_sweep(tmp_path_factory, data_root) -> Path:
     return cwd / "sweep"
 
 
+@pytest.mark.slow  # its sweep (failing_sweep): two train.py jobs, ~12 s
 @needs_probes
 def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     rows = read_summary(failing_sweep)
@@ -218,6 +219,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     assert_plots(failing_sweep)
 
 
+@pytest.mark.slow  # reads failing_sweep's dirs
 @needs_probes
 def test_report_rebuilds_the_summary_from_the_job_dirs(failing_sweep, tmp_path, capsys):
     """python -m harness.report SWEEP_DIR (its main(), in-process: the start-up of another Python costs seconds)."""
@@ -234,6 +236,7 @@ def test_report_rebuilds_the_summary_from_the_job_dirs(failing_sweep, tmp_path, 
         assert len(lines) == 1 and lines[0].startswith(f"error: {bad}:"), lines
 
 
+@pytest.mark.slow  # reads failing_sweep's dirs
 def test_summary_of_a_job_that_died_without_a_verdict(failing_sweep, tmp_path):
     """A job killed before writing verdict.json (OOM, a cluster timeout) is still a row: MISSING, with its model."""
     import shutil
