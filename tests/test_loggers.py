@@ -64,3 +64,26 @@ def test_every_row_is_on_disk_when_logged(tmp_path):
         _, rows = _read(tmp_path / "metrics.csv")
         assert int(rows[-1]["step"]) == step and rows[-1][next(iter(metrics))] != ""
     logger.finalize("success")
+
+
+def test_a_resumed_run_appends_to_its_metrics_csv(tmp_path):
+    """keep=True (a run resumed in its own run dir): the rows already there stay, a key new to the resumed run
+    widens the header; keep=False: Lightning's behaviour, the earlier file is replaced."""
+    calls = _calls()
+    first = MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1)
+    for metrics, step in calls[:12]:
+        first.log_metrics(metrics, step=step)
+    first.finalize("success")
+    _, before = _read(tmp_path / "metrics.csv")
+    resumed = MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1, keep=True)
+    for metrics, step in calls[12:]:
+        resumed.log_metrics(metrics, step=step)
+    resumed.finalize("success")
+    header, rows = _read(tmp_path / "metrics.csv")
+    assert len(rows) == len(calls) and "val/loss" in header, (len(rows), header)
+    assert [r["step"] for r in rows[: len(before)]] == [r["step"] for r in before]
+    assert [int(r["step"]) for r in rows] == [step for _, step in calls]
+    fresh = MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1)
+    fresh.log_metrics({"train/loss": 1.0}, step=0)
+    fresh.finalize("success")
+    assert len(_read(tmp_path / "metrics.csv")[1]) == 1

@@ -59,6 +59,18 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
     return f"{' '.join(overrides)}: {first} (HARNESS_DEBUG=1 shows the traceback)"
 
 
+def base_of(overrides: list[str], searchpath: list[str]):
+    """The config a mistake is explained against: with the overrides' group choices (logger=wandb: the keys
+    under logger are wandb's), or without any where those do not compose. Inside initialize_config_dir."""
+    from hydra import compose
+
+    choices = [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
+    try:
+        return compose(config_name="train", overrides=searchpath + choices)
+    except Exception:
+        return compose(config_name="train", overrides=searchpath)
+
+
 def check_overrides(argv: list[str], config_dir: Path) -> None:
     """Compose the config for every value a sweep names and validate it, before anything runs."""
     from hydra import compose, initialize_config_dir
@@ -69,6 +81,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from harness.config import validate
     from harness.distributed import check_launch, on_cluster
     from harness.errors import ConfigError
+    from harness.search import check_sweeper
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
@@ -83,11 +96,12 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         if key.lstrip("+~").startswith("hydra"):  # launcher, sweeper and output settings: checked below
             hydra_overrides.append(override.input_line)
             continue
-        values = (
-            list(override.sweep_string_iterator())
-            if override.is_sweep_override()
-            else [override.get_value_element_as_str()]
-        )
+        if override.is_interval_sweep():  # Optuna's interval(low,high): its two ends stand for it
+            values = [str(override.value().start), str(override.value().end)]
+        elif override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
         # each value with the first of every other: enough to catch any single bad value
         variants = [v + [f"{key}={values[0]}"] for v in variants] + [
             variants[0] + [f"{key}={value}"] for value in values[1:]
@@ -95,24 +109,23 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
-        base = None
+
         try:  # the first job's Hydra settings: a preset may choose the launcher and make the run a sweep
             hydra_cfg = compose(
                 config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
             ).hydra
         except Exception as err:
-            base = compose(config_name="train", overrides=searchpath)
-            _die(_explain(err, variants[0] + hydra_overrides, base), err)
+            _die(_explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
         for variant in variants:
             try:
                 cfg = compose(config_name="train", overrides=searchpath + variant)
             except Exception as err:
-                base = base or compose(config_name="train", overrides=searchpath)
-                _die(_explain(err, variant, base), err)
+                _die(_explain(err, variant, base_of(variant, searchpath)), err)
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
                 validate(cfg, devices=not on_cluster(launcher))
                 check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
+                check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
             except ConfigError as err:
                 _die(str(err), err)
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -138,8 +151,9 @@ def check_writable(key: str, directory: str) -> None:
         )
 
 
-def task(cfg) -> dict | None:
-    """One Hydra job. A single run exits with its verdict's code; a sweep job records and goes on."""
+def task(cfg) -> dict | float | None:
+    """One Hydra job. A single run exits with its verdict's code; a sweep job records and goes on, returning its
+    verdict, or with `optimized_metric` set the number it names (what an optimizing sweeper reads)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -167,6 +181,10 @@ def task(cfg) -> dict | None:
     if not sweeping:
         # a DDP rank > 0 reports through rank 0: its own non-zero exit would make Lightning kill rank 0
         sys.exit(exit_code(verdict) if global_rank() == 0 else 0)
+    if cfg.get("optimized_metric"):  # what a search (hydra/sweeper=optuna) optimizes; None: a failed trial
+        from harness.search import metric_value
+
+        return metric_value(verdict, cfg.optimized_metric, Path(HydraConfig.get().runtime.output_dir))
     return verdict
 
 
@@ -179,6 +197,23 @@ QUIET = (
 )
 
 
+#: the loggers Lightning gives a handler of their own when imported before logging is set up
+LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning_fabric")
+
+
+def route_lightning_logs() -> None:
+    """Send Lightning's log records to the root logger, as every other library's. Imported before Hydra sets up
+    logging, Lightning finds no root handler, so it gives its loggers a console handler of their own and stops
+    them propagating; Hydra's job_logging then removes that handler (it names these loggers, to set their
+    levels) and leaves propagation off: every Lightning line, at any level, went nowhere. Propagating, they
+    reach the console and train.log, filtered by the levels conf/train.yaml gives them."""
+    for name in LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+
+
 def main(config_dir: Path) -> None:
     """Entry point of train.py: validate the overrides, then hand over to Hydra."""
     import warnings
@@ -188,6 +223,7 @@ def main(config_dir: Path) -> None:
     check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
     import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
 
+    route_lightning_logs()
     for pattern in QUIET:
         warnings.filterwarnings("ignore", message=pattern)
     hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(task)()

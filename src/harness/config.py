@@ -14,13 +14,34 @@ from pathlib import Path
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from harness.distributed import check_devices
 from harness.errors import ConfigError
+from harness.search import check_metric
 
 #: harness.modes.MODES, which train (named here: Lightning is slow to import), and eval (harness.evaluate)
 MODES = ("overfit", "full", "eval")
+
+#: Trainer arguments harness.run.build_trainer sets itself, each with the key to use instead: trainer.NAME would
+#: clash with it (Lightning's "multiple values" TypeError), so it is refused at the door. Any other Trainer
+#: argument goes through as trainer.NAME (+trainer.NAME=value), and one whose value has a _target_ is built.
+TRAINER_KEYS = {
+    "max_steps": "use mode.max_steps",
+    "max_epochs": "the harness counts steps, not epochs; use mode.max_steps",
+    "val_check_interval": "use mode.val_every (steps between validations)",
+    "check_val_every_n_epoch": "the harness validates by steps; use mode.val_every",
+    "log_every_n_steps": "use mode.log_every",
+    "enable_progress_bar": "use mode.progress_bar (callbacks=rich for Rich's bar)",
+    "enable_checkpointing": "the mode decides: mode=full saves checkpoints (mode.ckpt_every), "
+    "overfit mode its final weights",
+    "use_distributed_sampler": "the mode decides: overfit gives every rank the same n examples, "
+    "mode=full each rank its share",
+    "default_root_dir": "the run dir is hydra.run.dir (under paths.log_dir)",
+    "callbacks": "add one to the callbacks group (+callbacks.NAME._target_=...) or under probes.extra",
+    "logger": "choose logger=csv|tensorboard|wandb (metrics.csv is always written)",
+    "overfit_batches": "use mode=overfit n=... (memorize n examples, judged PASS/FAIL)",
+}
 
 
 def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
@@ -87,10 +108,46 @@ def check_files(cfg: DictConfig) -> None:
         )
 
 
+def missing_keys(cfg: DictConfig) -> list[str]:
+    """The `???` keys, sorted: OmegaConf.missing_keys without resolving any value on the way, so a value only a
+    running job can resolve (`${hydra:runtime.output_dir}`, as paths.output_dir and a callback's dirpath use)
+    does not fail the check the command line makes before the job."""
+    found = []
+
+    def gather(node) -> None:
+        for key in range(len(node)) if isinstance(node, ListConfig) else node:
+            child = node._get_node(key)
+            if child._is_missing():
+                found.append(node._get_full_key(key))
+            elif isinstance(child, (DictConfig, ListConfig)) and not (
+                child._is_interpolation() or child._is_none()
+            ):
+                gather(child)
+
+    gather(cfg)
+    return sorted(found)
+
+
+def check_trainer(cfg: DictConfig) -> None:
+    """No trainer key that harness sets itself (TRAINER_KEYS); a fast dev run only as debug=fdr, which reports it
+    as DEBUG rather than judging one batch a FAIL."""
+    given = OmegaConf.to_container(cfg.trainer)  # unresolved: the value as the user wrote it
+    for key, fix in TRAINER_KEYS.items():
+        if key in given:
+            raise ConfigError(f"trainer.{key}", given[key], f"harness sets it; {fix}")
+    judged = (cfg.get("debug") or {}).get("judge", True)
+    if given.get("fast_dev_run") and judged:
+        raise ConfigError(
+            "trainer.fast_dev_run",
+            given["fast_dev_run"],
+            "use debug=fdr: the same one-batch run, reported as status DEBUG instead of judged",
+        )
+
+
 def validate(cfg: DictConfig, devices: bool = True) -> None:
     """Raise ConfigError on the first bad value of the composed config. `devices`: also hold the trainer's devices
     against this machine (the CLI leaves that to the job when a cluster launcher runs it elsewhere)."""
-    for key in sorted(OmegaConf.missing_keys(cfg)):
+    for key in missing_keys(cfg):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
     whole_number(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
@@ -133,9 +190,11 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
             f"longer than model.max_len={max_len}, the longest input the "
             f"model can embed; raise model.max_len or shorten data.length",
         )
+    check_trainer(cfg)
     if devices:
         check_devices(cfg.trainer)
     check_compile(cfg.compile)
+    check_metric(cfg.get("optimized_metric"))
 
 
 def unknown_argument(target, names) -> str | None:

@@ -35,6 +35,22 @@ def find_checkpoint(ckpt_path: str, run_dir: Path) -> str:
     return str(found[-1])
 
 
+def interrupted_here(run_dir: Path) -> str | None:
+    """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says INTERRUPTED: the job is running again
+    in the dir it was stopped in (the submitit launcher requeues a job stopped at SLURM's time limit into the
+    same job dir, or a user reruns with hydra.run.dir=<that dir>), so it continues from there; else None."""
+    import json
+
+    last, verdict = run_dir / "checkpoints" / "last.ckpt", run_dir / "verdict.json"
+    if not (last.is_file() and verdict.is_file()):
+        return None
+    try:
+        status = json.loads(verdict.read_text()).get("status")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return str(last) if status == "INTERRUPTED" else None
+
+
 def load_checked(ckpt_path: str, ours: dict, fix: str) -> dict:
     """The checkpoint's state_dict, loaded weights-only (a checkpoint cannot run code), refused in one line
     naming the first tensor whose name or shape differs from `ours` (a state_dict); `fix` ends the line."""
@@ -166,6 +182,27 @@ class StopOnSignal(pl.Callback):
             signal.signal(signum, handler)
         self._previous = {}
 
+    def hand_on(self) -> None:
+        """Once the run stopped for a signal has saved last.ckpt and its verdict (call after restore()): pass the
+        signal on to the handler that was there before ours, if that is a Python function. On a job of the
+        submitit launcher (hydra/launcher=slurm or local) it is submitit's, which requeues the job when
+        hydra.launcher.max_num_timeout allows and exits; the job starts again in the same run dir and continues
+        from that checkpoint (harness.run). Elsewhere (Ctrl-C, a plain kill) nothing is there to call."""
+        if self.received is None:
+            return
+        handler = signal.getsignal(self.received)
+        if not callable(handler) or handler is signal.default_int_handler:
+            return
+        log.info(
+            "%s: handed on to %s",
+            signal.Signals(self.received).name,
+            getattr(handler, "__qualname__", handler),
+        )
+        try:
+            handler(self.received, None)
+        except Exception as err:  # submitit's "not requeued" (e.g. timed out too often): the verdict stands
+            log.warning("not requeued: %s", err)
+
     def on_train_start(self, trainer, pl_module) -> None:
         # Lightning put its own SIGTERM handler in front of ours when fit began; a signal landing between our
         # on_train_batch_end and its own check would end the run by SystemExit: exit 0, no checkpoint, no
@@ -194,6 +231,8 @@ class FinalCheckpoint(pl.Callback):
         self.path, self.every = path, every
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.fast_dev_run:  # debug=fdr saves nothing, as Lightning's own ModelCheckpoint
+            return
         if trainer.global_step >= trainer.max_steps and trainer.global_step % self.every:
             trainer.save_checkpoint(self.path)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import build, validate
@@ -23,18 +25,20 @@ from harness.faults import (
     ResumeState,
     StopOnSignal,
     find_checkpoint,
+    interrupted_here,
     load_checked,
 )
 from harness.loggers import build_loggers, finish_loggers
 from harness.modes import mode_for
 from harness.module import HarnessModule
 from harness.seeding import seed_all
+from harness.tree import show_config
 from harness.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
 #: a verdict's exit code; INTERRUPTED exits 128 + the signal's number
-EXIT_CODES = {"PASS": 0, "DONE": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}
+EXIT_CODES = {"PASS": 0, "DONE": 0, "DEBUG": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}
 
 
 def exit_code(verdict: dict) -> int:
@@ -54,15 +58,15 @@ def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> 
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> pl.Trainer:
+    """The Lightning Trainer: what the harness sets from its own keys (harness.config.TRAINER_KEYS refuses them
+    under trainer.), then every trainer.NAME as given, a value with a _target_ built (e.g. a profiler)."""
     mode = cfg.mode
-    kwargs = dict(
+    harness_sets = dict(
         max_steps=mode.max_steps,
         max_epochs=-1,
         val_check_interval=mode.val_every,
         check_val_every_n_epoch=None,
         log_every_n_steps=mode.log_every,
-        num_sanity_val_steps=0,
-        enable_model_summary=False,
         enable_progress_bar=mode.progress_bar,
         enable_checkpointing=mode.name == "full",
         # overfit mode: every DDP rank trains on the same n examples (the run is the one-process run, its
@@ -71,15 +75,43 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
         default_root_dir=run_dir,
         callbacks=callbacks,
         logger=loggers,
-        **OmegaConf.to_container(cfg.trainer, resolve=True),
     )
+    given = {"num_sanity_val_steps": 0}  # harness's default, which trainer.num_sanity_val_steps may change
+    for key, value in cfg.trainer.items():
+        if isinstance(value, DictConfig) and "_target_" in value:
+            given[key] = build(value, f"trainer.{key}")
+        else:
+            given[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
     try:
-        return pl.Trainer(**kwargs)
+        return pl.Trainer(**harness_sets, **given)
     except TypeError as err:
         name = re.search(r"'(\w+)'", str(err))
         raise ConfigError(
             f"trainer.{name.group(1) if name else '?'}", "", f"not a Lightning Trainer argument ({err})"
         ) from None
+    except MisconfigurationException as err:  # e.g. a ModelCheckpoint in callbacks in overfit mode
+        named = [type(c).__name__ for c in callbacks if type(c).__name__ in str(err)]
+        key = next((k for k in given if k in str(err)), None)
+        if named or not key:
+            raise ConfigError("callbacks", ", ".join(named), f"Lightning refuses it: {err}") from None
+        raise ConfigError(f"trainer.{key}", given[key], f"Lightning refuses it: {err}") from None
+
+
+def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    """The `callbacks` group's entries (conf/callbacks/), each built from its `_target_`; one that is null or
+    `enabled: false` is left out. None where a fork has no callbacks group."""
+    made = []
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is None:
+            continue
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            raise ConfigError(
+                f"callbacks.{name}", node, "give a callback's _target_ (its class) and arguments, or null"
+            )
+        arguments = OmegaConf.to_container(node, resolve=True)  # `enabled` may point anywhere in the config
+        if arguments.pop("enabled", True):
+            made.append(build(OmegaConf.create(arguments), f"callbacks.{name}"))
+    return made
 
 
 def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl.Callback]:
@@ -93,6 +125,8 @@ def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if writes():  # rank 0: config_tree.log, and the tree on the console unless in a sweep
+        show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
     if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
         from harness.evaluate import evaluate
 
@@ -104,9 +138,12 @@ def run(cfg: DictConfig) -> dict:
     interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
     interrupt.install()
     try:
-        return run_job(cfg, run_dir, interrupt)
+        verdict = run_job(cfg, run_dir, interrupt)
     finally:
         interrupt.restore()
+    if verdict["status"] == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
+        interrupt.hand_on()
+    return verdict
 
 
 def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
@@ -117,8 +154,9 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
     data, module = build_parts(cfg, mode)
     verdict = start_verdict(cfg, module.model, run_dir, n=getattr(mode, "n", None))
-    # before the preflight's work: a bad probe is a config error
+    # before the preflight's work: a bad probe or callback is a config error
     probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit")
+    extra = build_callbacks(cfg)
 
     preflight(cfg, module, data, verdict)
     if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
@@ -131,9 +169,12 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
 
     checkpoints = run_dir / "checkpoints"
     callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
-    loggers = build_loggers(cfg.logger, run_dir)
-    trainer = build_trainer(cfg, run_dir, callbacks + probes, loggers)
-    stopped = fit(trainer, module, data, resume_from(cfg.ckpt_path, run_dir, module), loggers, interrupt)
+    # a job requeued into the dir it was interrupted in continues from its own last.ckpt
+    ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
+    # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
+    loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
+    stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers, interrupt)
 
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
@@ -142,6 +183,10 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
         return finish(
             verdict, started, run_dir, logging.WARNING, stopped_early(verdict, stopped, module, checkpoints)
         )
+    if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
+        verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
+        message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
+        return finish(verdict, started, run_dir, logging.INFO, message)
     mode.judge(verdict, trainer, module, checkpoints)
     if writes() and verdict.eval_gap:
         log.warning("eval gap: %s", verdict.eval_gap)
@@ -167,6 +212,7 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
 
 def start_verdict(cfg: DictConfig, model, run_dir: Path, n: int | None) -> Verdict:
     choices = HydraConfig.get().runtime.choices
+    debug = {"debug": cfg.debug.name} if cfg.get("debug") else {}  # a debug=... run says which
     return Verdict(
         mode=cfg.mode.name,
         n=n,
@@ -178,6 +224,7 @@ def start_verdict(cfg: DictConfig, model, run_dir: Path, n: int | None) -> Verdi
         seed=cfg.seed,
         steps=0,
         run_dir=str(run_dir),
+        items=debug,
     )
 
 

@@ -42,6 +42,8 @@ class Train:
     ckpt_path: str | None = None
     compile: Any = False  # true | false | a torch.compile backend name
     flush_denormal: bool = True
+    tags: list[str] = field(default_factory=list)  # given to every tracker
+    optimized_metric: str | None = None  # what a sweep's job returns (harness.search)
     optim: Any = None
     schedule: Any = None
     mode: Mode = field(default_factory=Mode)
@@ -51,6 +53,9 @@ class Train:
     trainer: Any = None
     logger: Any = None
     probes: Any = None
+    callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
+    debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
+    paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir
 
 
 def register() -> None:
