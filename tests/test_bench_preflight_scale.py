@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 import harness.bench
 from harness.bench import preflight_scale
 
 
+@pytest.mark.slow  # builds and times a model at two scales: a benchmark's test, in test-slow
 def test_preflight_scale_writes_its_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(harness.bench, "OUT", tmp_path)  # write() reads the package's OUT
     result = preflight_scale.main(d_model=32, layers=2, heads=2, length=16, preflight_runs=2, step_reps=2)

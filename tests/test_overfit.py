@@ -16,7 +16,7 @@ from tests.conftest import PROBES_OFF
 
 @pytest.mark.parametrize("data", ["synthetic", "text"])
 @pytest.mark.parametrize("model", ["transformer", "rnn", "lstm"])
-@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("n", [1, 2, pytest.param(5, marks=pytest.mark.slow)])  # n=5: test-slow, ~9 s in all
 def test_built_in_models_memorize(n, model, data, make_config):
     verdict = run(
         make_config(
