@@ -66,7 +66,7 @@ def test_ddp_rank0_alone_writes_metrics_probes_and_checks(ddp_run):
     assert lines and len(lines) == len(set(lines)), "datapoints written twice"
     assert verdict["checks"] and all(c["status"] == "PASS" for c in verdict["checks"])
     assert verdict["grad_by_position"] and verdict["inputs_identical"] is True
-    preflights = {p.name: p.read_text().count("preflight (") for p in run_dir.glob("*.log")}
+    preflights = {p.name: p.read_text().count("preflight (") for p in run_dir.glob("train*.log")}
     assert preflights == {"train.log": 1, "train_ddp_process_1.log": 0}, preflights
 
 
