@@ -60,7 +60,9 @@ def test_build_trainer_sets_no_trainer_key_that_is_not_refused(make_config, tmp_
     cfg = make_config("+trainer.num_sanity_val_steps=2")
     harness.run.build_trainer(cfg, tmp_path, [], [])
     assert seen["num_sanity_val_steps"] == 2  # a harness default the trainer key replaced
-    unrefused = set(seen) - set(TRAINER_KEYS) - set(cfg.trainer)
+    # the defaults a trainer key replaces (enable_model_summary: test_enable_model_summary_works_both_ways)
+    defaults = {"num_sanity_val_steps", "enable_model_summary"}
+    unrefused = set(seen) - set(TRAINER_KEYS) - set(cfg.trainer) - defaults
     assert not unrefused, f"build_trainer sets {unrefused}: add them to harness.config.TRAINER_KEYS"
 
 
@@ -334,3 +336,16 @@ def test_the_schema_declares_the_new_groups(make_config):
     """callbacks, debug and paths are declared in the schema (harness/schema.py): a group file merges into them."""
     cfg = make_config("debug=fdr")
     assert OmegaConf.select(cfg, "debug.name") == "fdr" and cfg.paths.data_dir and cfg.callbacks.model_summary
+
+
+def test_no_model_summary_callback_means_no_summary(make_config, tmp_path):
+    """callbacks.model_summary=null: Lightning would add its own ModelSummary unless told there is none."""
+    from pytorch_lightning.callbacks import ModelSummary
+
+    from harness.run import build_trainer
+
+    cfg = make_config("callbacks.model_summary=null")
+    without = build_trainer(cfg, tmp_path, callbacks=[], loggers=[])
+    assert not [c for c in without.callbacks if isinstance(c, ModelSummary)]
+    with_one = build_trainer(cfg, tmp_path, callbacks=[ModelSummary()], loggers=[])
+    assert len([c for c in with_one.callbacks if isinstance(c, ModelSummary)]) == 1

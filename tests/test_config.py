@@ -80,6 +80,8 @@ def test_every_config_line_is_commented():
         ("seed=-1", "seed"),
         ("mode=full mode.ckpt_every=0", "mode.ckpt_every"),
         ("tokenizer=bpe", "tokenizer"),  # synthetic data has its own alphabet: a BPE would be ignored
+        ("schedule.shape=step", "schedule.shape"),  # at the door, not when the trainer builds the schedule
+        ("schedule=cosine schedule.min_lr=1.0", "schedule.min_lr"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(override, key, make_config):

@@ -104,9 +104,10 @@ def test_nonfinite_ends_an_overfit_run_with_its_verdict(run_train, tmp_path):
     assert verdict["status"] == "NONFINITE" and verdict["mode"] == "overfit", verdict
 
 
+@pytest.mark.slow  # a train.py run signalled mid-way, then resumed: ~10 s each (the preflight's signal test stays)
 @pytest.mark.parametrize(
     ("signum", "code"),
-    [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)],  # the same path twice
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
 )
 def test_signal_saves_a_checkpoint_that_resumes_bit_for_bit(signum, code, tmp_path, data_root, make_config):
     """The real process is signalled mid-run; resuming from its checkpoint (in-process, quicker) ends at the

@@ -78,6 +78,20 @@ def check_compile(value) -> None:
     )
 
 
+#: the shapes of harness.optim.schedule
+SHAPES = ("constant", "cosine", "linear")
+
+
+def check_schedule(shape, warmup_steps, min_lr, peak: float) -> None:
+    """harness.optim.schedule's arguments: checked at the door (validate) and when the schedule is built."""
+    if shape not in SHAPES:
+        raise ConfigError("schedule.shape", shape, f"choose one of {', '.join(SHAPES)}")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ConfigError("schedule.warmup_steps", warmup_steps, "must be a whole number >= 0 (try 100)")
+    if min_lr is not None and not 0 <= min_lr <= peak:
+        raise ConfigError("schedule.min_lr", min_lr, f"must lie between 0 and optim.lr={peak}, or null")
+
+
 def check_files(cfg: DictConfig) -> None:
     """The files the config names exist: a preflight test missing would be skipped, a checkpoint missing
     found only after the data and the model are built."""
@@ -174,6 +188,10 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
             "mode.target_loss", cfg.mode.target_loss, "must be >= 0 (try mode.target_loss=0.02)"
         )
     check_files(cfg)
+    schedule = cfg.get("schedule")
+    if schedule is not None and schedule.get("_target_") == "harness.optim.schedule":
+        peak = (cfg.get("optim") or {}).get("lr", 0.0)
+        check_schedule(schedule.get("shape"), schedule.get("warmup_steps"), schedule.get("min_lr"), peak)
     kind = (cfg.get("tokenizer") or {}).get("kind", "char")
     if kind != "char" and "tokenizer" not in cfg.data:
         raise ConfigError(

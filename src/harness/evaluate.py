@@ -121,9 +121,17 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
-def evaluate(cfg: DictConfig, run_dir: Path) -> Verdict:
-    """The whole of mode=eval: checkpoint -> its config -> data -> weights -> eval.json and a verdict."""
+def device_for(trainer: DictConfig) -> torch.device:
+    """Where the trainer config would train: a CUDA device for accelerator gpu/cuda/auto when one is there."""
+    wants_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
+    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+
+
+def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
+    """The whole of mode=eval: checkpoint -> its config -> data -> weights -> eval.json (when `write`: rank 0)
+    and a verdict."""
     started = time.perf_counter()
+    torch.set_flush_denormal(bool(cfg.flush_denormal))
     ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir))
     cfg = trained_config(cfg, ckpt)
     data = build(cfg.data, "data")
@@ -131,6 +139,7 @@ def evaluate(cfg: DictConfig, run_dir: Path) -> Verdict:
     data.setup("validate")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     load_weights(model, ckpt)
+    model.to(device_for(cfg.trainer))
     splits = {"val": data.val_dataloader()}
     if getattr(data, "test_dataset", None) is not None:
         splits["test"] = data.test_dataloader()
@@ -142,7 +151,8 @@ def evaluate(cfg: DictConfig, run_dir: Path) -> Verdict:
     report = {"checkpoint": str(ckpt), **results["val"], "splits": results, "continuations": samples}
     if hasattr(data, "unigram_entropy"):  # what a model that ignores context scores at best (data=corpus)
         report["unigram_entropy"] = data.unigram_entropy()
-    (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    if write:
+        (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(table(results))
     if "unigram_entropy" in report:
         print(f"unigram entropy of the training tokens: {report['unigram_entropy']:.4f} nats/token")

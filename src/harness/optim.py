@@ -47,9 +47,6 @@ def multiplier(step: int, shape: str, warmup_steps: int, total_steps: int, floor
     return floor + (1 - floor) * decayed
 
 
-SHAPES = ("constant", "cosine", "linear")
-
-
 def schedule(
     optimizer: torch.optim.Optimizer,
     total_steps: int,
@@ -59,15 +56,10 @@ def schedule(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over `multiplier`; `min_lr` (absolute) is where cosine and linear end, None: a tenth of
     the peak."""
-    from harness.errors import ConfigError
+    from harness.config import check_schedule
 
-    if shape not in SHAPES:
-        raise ConfigError("schedule.shape", shape, f"choose one of {', '.join(SHAPES)}")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ConfigError("schedule.warmup_steps", warmup_steps, "must be a whole number >= 0 (try 100)")
     peak = optimizer.param_groups[0]["lr"]
-    if min_lr is not None and not 0 <= min_lr <= peak:
-        raise ConfigError("schedule.min_lr", min_lr, f"must lie between 0 and optim.lr={peak}, or null")
+    check_schedule(shape, warmup_steps, min_lr, peak)
     floor = 0.1 if min_lr is None else (min_lr / peak if peak else 0.0)
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,

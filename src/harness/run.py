@@ -82,6 +82,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
             given[key] = build(value, f"trainer.{key}")
         else:
             given[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    # no ModelSummary among the callbacks (callbacks.model_summary=null): none, rather than Lightning's own
+    given.setdefault("enable_model_summary", any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks))
     try:
         return pl.Trainer(**harness_sets, **given)
     except TypeError as err:
@@ -130,8 +132,9 @@ def run(cfg: DictConfig) -> dict:
     if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
         from harness.evaluate import evaluate
 
-        verdict = evaluate(cfg, run_dir)
-        verdict.write(run_dir)
+        verdict = evaluate(cfg, run_dir, write=writes())
+        if writes():
+            verdict.write(run_dir)
         return verdict.as_dict()
     # from here a signal is recorded and acted on at the next safe point (after the preflight, at the end of
     # a training step), and the handlers stay until the verdict is written

@@ -255,7 +255,10 @@ class CorpusDataModule(DiskDataModule):
     def unigram_entropy(self) -> float:
         """Nats per token of the training tokens' unigram distribution: the best a model that ignores its
         context can score. A language model that learns anything from context gets well below it."""
-        train = self.train_dataset
-        counts = np.bincount(train.store.read(train.begin, train.end - train.begin).astype(np.int64))
+        train, chunk = self.train_dataset, 1 << 24  # read in chunks: constant memory whatever the corpus size
+        counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
+        for start in range(train.begin, train.end, chunk):
+            tokens = train.store.read(start, min(chunk, train.end - start))
+            counts += np.bincount(tokens, minlength=counts.size)[: counts.size]
         p = counts[counts > 0] / counts.sum()
         return float(-(p * np.log(p)).sum())
