@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data."""
     from hydra import compose, initialize_config_dir
 
-    from harness.cli import _die, _explain
+    from harness.cli import _die, _explain, base_of
     from harness.config import build, validate
 
     overrides = sys.argv[1:] if argv is None else argv
@@ -192,12 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             cfg = compose(config_name="train", overrides=overrides)
         except Exception as err:  # the keys to list are those of the groups chosen (data=corpus's)
-            groups = [o for o in overrides if "." not in o.partition("=")[0]]
-            try:
-                base = compose(config_name="train", overrides=groups)
-            except Exception:
-                base = compose(config_name="train")
-            _die(_explain(err, overrides, base), err)
+            _die(_explain(err, overrides, base_of(overrides, [])), err)
     try:
         validate(cfg, devices=False)
         data = build(cfg.data, "data")
