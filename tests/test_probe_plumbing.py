@@ -120,11 +120,13 @@ def test_a_forks_probe_is_an_entry_like_the_built_ins(make_config, tmp_path):
         "Embeddings",
         "GradByPosition",
         "ReseedProof",
+        "Activations",
+        "Symptoms",
         "CountingProbe",
         "CountingProbe",
         "MetricSink",
     ]
-    mine, theirs = probes.probes[7:9]
+    mine, theirs = probes.probes[9:11]
     assert (mine.every, theirs.every) == (2, 3)
     assert mine.sink is probes.sink and mine.run.run_dir == tmp_path and mine.run.overfit
     full = make_config(*overrides, "mode=full", run_dir=tmp_path / "full")

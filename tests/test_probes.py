@@ -272,6 +272,8 @@ def rnn_run(tmp_path_factory, data_root):
             "embeddings",
             "grad_by_position",
             "reseed",
+            "activations",
+            "symptoms",
         )
     ]
     with pytest.MonkeyPatch.context() as patch:

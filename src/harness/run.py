@@ -32,13 +32,15 @@ from harness.loggers import build_loggers, finish_loggers
 from harness.modes import mode_for
 from harness.module import HarnessModule
 from harness.seeding import seed_all
+from harness.symptoms import Symptom
+from harness.symptoms import judge as judge_symptoms
 from harness.tree import show_config
 from harness.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
 #: a verdict's exit code; INTERRUPTED exits 128 + the signal's number
-EXIT_CODES = {"PASS": 0, "DONE": 0, "DEBUG": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4}
+EXIT_CODES = {"PASS": 0, "DONE": 0, "DEBUG": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4, "SYMPTOM": 5}
 
 
 def exit_code(verdict: dict) -> int:
@@ -129,6 +131,10 @@ def run(cfg: DictConfig) -> dict:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if writes():  # rank 0: config_tree.log, and the tree on the console unless in a sweep
         show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
+    if cfg.get("doctor"):  # experiment=doctor: overfit runs of its own, then a diagnosis (harness.doctor)
+        from harness.doctor import doctor
+
+        return doctor(cfg, run_dir)
     if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
         from harness.evaluate import evaluate
 
@@ -180,8 +186,9 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers, interrupt)
 
     verdict.steps = trainer.global_step
-    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical
+    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
+    verdict.items.setdefault("symptoms", [])
     if stopped is not None:
         return finish(
             verdict, started, run_dir, logging.WARNING, stopped_early(verdict, stopped, module, checkpoints)
@@ -189,11 +196,18 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
         verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
         message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
-        return finish(verdict, started, run_dir, logging.INFO, message)
+        return finish(verdict, started, run_dir, logging.INFO, message, fail_on=symptoms_fail(cfg))
     mode.judge(verdict, trainer, module, checkpoints)
     if writes() and verdict.eval_gap:
         log.warning("eval gap: %s", verdict.eval_gap)
-    return finish(verdict, started, run_dir, logging.INFO, None, summary=mode.summary)
+    return finish(
+        verdict, started, run_dir, logging.INFO, None, summary=mode.summary, fail_on=symptoms_fail(cfg)
+    )
+
+
+def symptoms_fail(cfg: DictConfig) -> bool:
+    """probes.symptoms.fail: whether a symptom ends a run that would PASS or be DONE as SYMPTOM (exit 5)."""
+    return bool(OmegaConf.select(cfg, "probes.symptoms.fail", default=False))
 
 
 def build_parts(cfg: DictConfig, mode) -> tuple:
@@ -269,17 +283,32 @@ def stopped_early(verdict: Verdict, stopped: Exception, module: HarnessModule, c
     else:
         log.error("%s: stopped; the weights are those before that step", stopped)
         verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
+        detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+        found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+        verdict.items.setdefault("symptoms", []).append(found.as_dict())
     return f"{verdict.status} after {verdict.steps} steps"
 
 
 def finish(
-    verdict: Verdict, started: float, run_dir: Path, level: int, message: str | None, summary=None
+    verdict: Verdict,
+    started: float,
+    run_dir: Path,
+    level: int,
+    message: str | None,
+    summary=None,
+    fail_on: bool = False,
 ) -> dict:
-    """Stamp the time, write verdict.json (rank 0 only: DDP ranks share the run dir), say how the run ended."""
+    """Stamp the time, judge the symptoms (`fail_on`: probes.symptoms.fail), write verdict.json (rank 0 only: DDP
+    ranks share the run dir), say how the run ended."""
     verdict.seconds = round(time.perf_counter() - started, 3)
+    line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
+    judge_symptoms(verdict, fail_on)
     if writes():
         path = verdict.write(run_dir)
-        log.log(level, "%s", summary(verdict) if summary else f"{message}: verdict {path}")
+        log.log(level, "%s", line if summary else f"{line}: verdict {path}")
+        if verdict.status == "SYMPTOM":
+            names = sorted({s["name"] for s in verdict.items["symptoms"]})
+            log.error("SYMPTOM: %s (probes.symptoms.fail=true turns them into exit 5)", ", ".join(names))
         if summary:
             log.info("verdict: %s", path)
     return verdict.as_dict()

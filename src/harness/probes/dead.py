@@ -7,8 +7,6 @@ Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from einops import rearrange
 from torch import nn
@@ -17,8 +15,7 @@ from harness.errors import ConfigError
 from harness.faults import NonFiniteGuard
 from harness.probes.base import Probe, whole
 from harness.probes.norms import find_guard, gradient_norms, parameter_names
-
-log = logging.getLogger(__name__)
+from harness.symptoms import Symptom
 
 
 def dead_threshold(dtype: torch.dtype, threshold: float | None) -> float:
@@ -77,25 +74,25 @@ class DeadGradients(Probe):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.pending is not None:  # the flags' one transfer, on the steps this probe logs
             flags = self.fired.tolist()
-            dead = self._report(flags) if any(flags) else float(len(self.dead_params))
+            dead = self._report(flags, self.pending) if any(flags) else float(len(self.dead_params))
             self.sink.add(self.pending, {"grad_norm/dead": dead})
             self.pending = None
 
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.params:
-            self._report(self.fired.tolist())  # a streak that ended after the last check
+            self._report(self.fired.tolist(), trainer.global_step)  # a streak that ended after the last check
 
-    def _report(self, fired: list[bool]) -> float:
-        """Warn once about each newly dead parameter; returns how many are dead so far."""
+    def _report(self, fired: list[bool], step: int) -> float:
+        """Report each newly dead parameter once, as a `dead_params` symptom (console, trackers, verdict.json);
+        returns how many are dead so far."""
         for name, dead in zip(self.names, fired, strict=True):
             if dead and name not in self.dead_params:
                 self.dead_params.append(name)
-                log.warning(
-                    "dead gradient: %s had a zero, missing or below-threshold gradient for %d steps in a "
-                    "row (unused in forward, frozen, or cut off from the loss)",
-                    name,
-                    self.patience,
+                detail = (
+                    f"dead gradient: zero, missing or below the threshold for {self.patience} steps in a row "
+                    "(unused in forward, frozen, or cut off from the loss)"
                 )
+                self.sink.report(Symptom("dead_params", step, name, 0.0, detail))
         return float(len(self.dead_params))
 
     def verdict_items(self) -> dict:

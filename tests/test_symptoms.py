@@ -1,0 +1,354 @@
+"""Symptoms: a planted runtime bug for each one, found with its name and where; silence on healthy runs; the
+activations probe they read; the record, the SYMPTOM verdict and exit 5."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from harness.module import HarnessModule
+from harness.probes import ProbeSet
+from harness.probes.activations import Activations, kind_of
+from harness.probes.symptoms import blocks_of
+from harness.run import exit_code, run
+from harness.symptoms import SUGGESTIONS, Symptom, judge
+from harness.verdict import Verdict
+from tests.conftest import compose_config, needs_probes
+from tests.sick_models import NegativeBiasReLU
+
+pytestmark = [pytest.mark.usefixtures("one_thread"), needs_probes]
+
+QUICK = ["preflight=false", "probes.plots=false", "probes.datapoints=null", "probes.embeddings=null"]
+
+
+def _run(tmp_path_factory, data_root, name: str, *overrides: str) -> tuple[Path, dict]:
+    run_dir = tmp_path_factory.mktemp(name)
+    return run_dir, run(compose_config([*QUICK, *overrides], run_dir, data_root))
+
+
+def found(verdict: dict, name: str) -> list[dict]:
+    return [s for s in verdict["symptoms"] if s["name"] == name]
+
+
+def names(verdict: dict) -> set[str]:
+    return {s["name"] for s in verdict["symptoms"]}
+
+
+# planted bugs: each symptom, with the right name and `where`
+
+
+def test_a_deep_sigmoid_stack_has_vanishing_gradients_named_at_its_first_block(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "sigmoid",
+        "model._target_=tests.sick_models.DeepSigmoid",
+        "mode.max_steps=40",
+    )
+    [symptom] = found(verdict, "vanishing_gradients")
+    assert symptom["where"] == "net.0" and symptom["value"] < 1e-3, symptom
+    assert symptom["step"] == 20 and "net.18" in symptom["detail"] and symptom["suggestion"], symptom
+
+
+def test_a_relu_with_a_large_negative_bias_has_dead_units_named_by_module(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "relu",
+        "model._target_=tests.sick_models.NegativeBiasReLU",
+        "mode.max_steps=40",
+        "mode.target_loss=0",
+    )
+    [symptom] = found(verdict, "dead_units")
+    assert symptom["where"] == "net.1" and symptom["value"] == 1.0, symptom
+    # the layer before it gets no gradient through it: the sentinel names its parameters too
+    assert {s["where"] for s in found(verdict, "dead_params")} == {"net.0.weight", "net.0.bias"}, verdict
+    assert sorted(verdict["dead_params"]) == ["net.0.bias", "net.0.weight"]
+
+
+def test_a_tanh_layer_with_weights_far_too_large_is_saturated(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "tanh",
+        "model._target_=tests.sick_models.SaturatedTanh",
+        "+model.scale=100",
+        "mode.max_steps=40",
+        "mode.target_loss=0",
+    )
+    [symptom] = found(verdict, "saturated_activations")
+    assert symptom["where"] == "net.1" and symptom["value"] > 0.9, symptom
+
+
+def test_an_init_far_too_large_explodes_the_gradients(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "huge",
+        "model._target_=tests.sick_models.HugeInit",
+        "mode.max_steps=5",
+        "mode.target_loss=0",
+    )
+    [symptom] = found(verdict, "exploding_gradients")
+    assert symptom["where"] == "grad_norm/total" and symptom["value"] > 1e3 and symptom["step"] == 2, symptom
+
+
+def test_a_learning_rate_far_too_high_spikes_the_loss_and_explodes(tmp_path_factory, data_root):
+    _, verdict = _run(tmp_path_factory, data_root, "lr_high", "optim.lr=30", "mode.max_steps=40")
+    assert {"loss_spike", "exploding_gradients"} <= names(verdict), verdict["symptoms"]
+    [spike] = found(verdict, "loss_spike")
+    assert spike["where"] == "train/loss" and "running median" in spike["detail"], spike
+
+
+def test_a_learning_rate_far_too_low_makes_no_progress_and_tiny_updates(tmp_path_factory, data_root):
+    _, verdict = _run(tmp_path_factory, data_root, "lr_low", "optim.lr=1e-8", "mode.max_steps=110")
+    [stalled] = found(verdict, "no_progress")
+    assert stalled["where"] == "train/loss" and stalled["step"] >= 99 and abs(stalled["value"]) < 0.05, (
+        stalled
+    )
+    [ratio] = found(verdict, "update_ratio")
+    assert ratio["where"].endswith(".weight") and ratio["value"] < 1e-5, ratio
+    assert "raise the learning rate" in ratio["suggestion"] and "more of the" in ratio["detail"], ratio
+    assert verdict["status"] == "FAIL"
+
+
+def test_a_learning_rate_far_too_high_for_its_weights_has_a_high_update_ratio(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "sgd_high",
+        "optim=sgd",
+        "optim.lr=30",
+        "trainer.gradient_clip_val=1.0",
+        "mode.max_steps=40",
+        "probes.norms.ratio_every=1",
+        "probes.symptoms.every=1",
+    )
+    [ratio] = found(verdict, "update_ratio")
+    assert ratio["value"] > 1 and "lower the learning rate" in ratio["suggestion"], ratio
+
+
+def test_the_tanh_rnn_at_length_200_reports_vanishing_gradients_by_reach(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "rnn200",
+        "model=rnn",
+        "data.length=200",
+        "data.rule=first_token",
+        "n=2",
+        "mode.max_steps=20",
+        "mode.target_loss=0",
+        "probes.grad_by_position.every=10",
+    )
+    [symptom] = found(verdict, "vanishing_gradients")
+    assert symptom["where"] == "input positions (grad_by_position)" and symptom["value"] == 0, symptom
+    assert verdict["reach_final"] == 0
+
+
+def test_a_nonfinite_gradient_is_listed_as_a_symptom_too(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory, data_root, "nan", "model=rnn", "model._target_=tests.fork_models.ExplodingGRU"
+    )
+    assert verdict["status"] == "NONFINITE"
+    [symptom] = found(verdict, "nonfinite")
+    assert (
+        symptom["where"] == verdict["nonfinite"]["where"] and symptom["step"] == verdict["nonfinite"]["step"]
+    )
+
+
+# silence where nothing is wrong (the slow tests cover every built-in model and data source)
+
+
+def test_a_healthy_overfit_run_reports_nothing_and_logs_no_symptom(tmp_path_factory, data_root):
+    run_dir, verdict = _run(tmp_path_factory, data_root, "healthy", "n=2")
+    assert verdict["status"] == "PASS" and verdict["symptoms"] == [], verdict["symptoms"]
+    with open(run_dir / "metrics.csv") as f:
+        header = next(csv.reader(f))
+    assert not [k for k in header if k.startswith("symptoms/")], header
+
+
+# where the symptoms go: verdict, console, every logger; SYMPTOM and exit 5
+
+
+def test_symptoms_reach_every_logger_and_the_console(tmp_path_factory, data_root, caplog):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "loggers",
+        "model._target_=tests.sick_models.NegativeBiasReLU",
+        "mode.max_steps=30",
+        "mode.target_loss=0",
+        "logger=[csv,tensorboard]",
+    )
+    assert "dead_units" in names(verdict)
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["step"] for r in rows if r.get("symptoms/dead_units")] == ["20"], (
+        "dead_units logged at its step"
+    )
+    events = EventAccumulator(str(next((run_dir / "tensorboard").rglob("events.out.*")).parent))
+    events.Reload()
+    assert (
+        "symptoms/dead_units" in events.Tags()["scalars"]
+        and "symptoms/text_summary" in events.Tags()["tensors"]
+    )
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("symptom dead_units in net.1")
+    ]
+    assert len(lines) == 1 and "try:" in lines[0], lines
+
+
+def test_fail_turns_a_symptom_into_SYMPTOM_and_exit_5(run_train, tmp_path):
+    result = run_train(
+        *QUICK,
+        "model._target_=tests.sick_models.NegativeBiasReLU",
+        "mode.max_steps=30",
+        "mode.target_loss=0.5",
+        "probes.symptoms.fail=true",
+    )
+    assert result.returncode == 5, result.stderr[-2000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "SYMPTOM" and verdict["judged"] == "PASS", verdict
+    assert "SYMPTOM: dead_params, dead_units" in result.stdout
+
+
+def test_judge_leaves_failures_and_runs_without_symptoms_alone():
+    for status, symptoms, fail, after in [
+        ("PASS", [{"name": "loss_spike"}], True, "SYMPTOM"),
+        ("DONE", [{"name": "loss_spike"}], True, "SYMPTOM"),
+        ("PASS", [{"name": "loss_spike"}], False, "PASS"),
+        ("PASS", [], True, "PASS"),
+        ("FAIL", [{"name": "loss_spike"}], True, "FAIL"),
+        ("NONFINITE", [{"name": "nonfinite"}], True, "NONFINITE"),
+    ]:
+        verdict = Verdict(status=status, items={"symptoms": symptoms})
+        judge(verdict, fail)
+        assert verdict.status == after, (status, symptoms, fail)
+    assert exit_code({"status": "SYMPTOM"}) == 5
+
+
+def test_a_symptom_is_one_of_the_names_and_gets_its_suggestion():
+    symptom = Symptom("dead_units", 3, "net.1", 0.99999, "all zero")
+    assert symptom.as_dict() == {
+        "name": "dead_units",
+        "step": 3,
+        "where": "net.1",
+        "value": 1.0,
+        "detail": "all zero",
+        "suggestion": SUGGESTIONS["dead_units"],
+    }
+    with pytest.raises(ValueError, match="unknown symptom 'dying'"):
+        Symptom("dying", 0, "x", None, "")
+
+
+def test_blocks_are_the_most_numerous_numbered_container():
+    names = [
+        "emb.weight",
+        "enc.layers.0.w",
+        "enc.layers.1.w",
+        "dec.h.0.a",
+        "dec.h.0.b",
+        "dec.h.1.a",
+        "dec.h.2.a",
+    ]
+    assert blocks_of(names) == [
+        ("dec.h.0", ["dec.h.0.a", "dec.h.0.b"]),
+        ("dec.h.1", ["dec.h.1.a"]),
+        ("dec.h.2", ["dec.h.2.a"]),
+    ]
+    assert blocks_of(["net.0.weight", "net.2.weight", "head.weight"]) == [
+        ("net.0", ["net.0.weight"]),
+        ("net.2", ["net.2.weight"]),
+    ]
+    assert blocks_of(["rnn.weight_ih_l0", "head.weight"]) == [] and blocks_of(["layers.0.w"]) == []
+
+
+def test_activation_kinds_are_read_from_class_names_third_party_included():
+    from transformers.activations import ACT2CLS
+
+    assert [kind_of(m) for m in (nn.ReLU(), nn.GELU(), nn.SiLU(), nn.LeakyReLU())] == ["relu"] * 4
+    assert [kind_of(m) for m in (nn.Tanh(), nn.Hardtanh(), nn.Sigmoid(), nn.Hardsigmoid())] == [
+        "tanh",
+        "tanh",
+        "sigmoid",
+        "sigmoid",
+    ]
+    assert [kind_of(m) for m in (nn.Linear(2, 2), nn.LogSigmoid(), nn.Tanhshrink(), nn.Softmax())] == [
+        None
+    ] * 4
+    gelu, relu = ACT2CLS["gelu_new"], ACT2CLS["relu"]
+    gelu = gelu[0] if isinstance(gelu, tuple) else gelu
+    assert kind_of(gelu()) == "relu" and kind_of(relu[0]() if isinstance(relu, tuple) else relu()) == "relu"
+
+
+# the activations probe
+
+
+def test_activations_are_logged_on_their_steps_only_and_leave_no_hook(tmp_path_factory, data_root):
+    run_dir, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "acts",
+        "model._target_=tests.sick_models.SaturatedTanh",
+        "mode.max_steps=12",
+        "mode.target_loss=0",
+        "probes.activations.every=5",
+        "probes.activations.exclude=[head]",
+    )
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    logged = {int(r["step"]) for r in rows if r.get("act/net.1/saturated")}
+    assert logged == {0, 5, 10}, logged
+    header = set(rows[0])
+    assert {"act/net.0/rms", "act/net.0/mean", "act/net.1/saturated", "act/token_embedding/rms"} <= header
+    assert not [k for k in header if k.startswith("act/head")] and "act/net.0/saturated" not in header
+    first = next(r for r in rows if r.get("act/net.1/saturated"))
+    assert 0 <= float(first["act/net.1/saturated"]) <= 1 and float(first["act/net.1/rms"]) <= 1
+
+
+def test_activation_statistics_are_the_training_forwards_own():
+    """Logged on steps 0 and 2 only, and step 0's numbers are those of the model's forward on that batch."""
+    torch.manual_seed(0)
+    model = NegativeBiasReLU(vocab_size=12, bias=0.0)  # bias 0: about half the ReLU's outputs are zero
+    before = copy.deepcopy(model)
+    ids = torch.randint(0, 12, (3, 2, 8))
+    batches = [
+        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
+        for x in ids
+    ]
+    probes = ProbeSet([Activations(every=2)])
+    rows: dict[int, dict] = {}
+    probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
+    trainer = pl.Trainer(
+        max_steps=3,
+        callbacks=[probes],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    assert sorted(rows) == [0, 2], sorted(rows)
+    with torch.no_grad():
+        x = before.token_embedding(batches[0]["input_ids"])
+        linear = before.net[0](x)
+        relu = before.net[1](linear)
+    assert rows[0]["act/net.1/zero_frac"] == pytest.approx((relu == 0).float().mean().item())
+    assert 0.25 < rows[0]["act/net.1/zero_frac"] < 0.75
+    assert rows[0]["act/net.0/rms"] == pytest.approx(linear.square().mean().sqrt().item(), rel=1e-5)
+    assert rows[0]["act/net.0/mean"] == pytest.approx(linear.mean().item(), rel=1e-4, abs=1e-6)
+    assert rows[0]["act/net/rms"] == pytest.approx(relu.square().mean().sqrt().item(), rel=1e-5)
+    assert "act/net.0/zero_frac" not in rows[0] and "act/head/rms" in rows[0]
+    assert not [m for m in model.modules() if m._forward_hooks], "hooks left behind"
