@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install train overfit ladder sweep vanishing test test-slow test-all bench lint format rename clean
+.PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all bench lint format rename clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ overfit: $(STAMP)  ## overfit N examples (make overfit N=5 ARGS="model=rnn")
 
 ladder: $(STAMP)  ## the overfit ladder: n=1,2,5 in one sweep
 	$(PY) train.py -m experiment=overfit_ladder $(ARGS)
+
+doctor: $(STAMP)  ## the overfit ladder for a model and the substitute, then a diagnosis (make doctor ARGS="model=gpt")
+	$(PY) train.py experiment=doctor $(ARGS)
 
 sweep: $(STAMP)  ## a length sweep: data.length=10,50,200
 	$(PY) train.py -m data.length=10,50,200 $(ARGS)

@@ -56,6 +56,7 @@ class Train:
     callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
     debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
     paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir
+    doctor: Any = None  # experiment=doctor: {ladder, substitute, timeout} (harness.doctor)
 
 
 def register() -> None:
