@@ -245,16 +245,27 @@ def main(config_dir: Path) -> None:
     """Entry point of train.py: validate the overrides, then hand over to Hydra. A signal at any moment exits
     128 + its number: the first handler is installed before anything else, and raises at once until a job's
     own handler (harness.faults.StopOnSignal) or a sweep's (harness.signals.SweepStop) takes over."""
+    import atexit
     import signal
 
-    from harness.signals import Interrupted, SignalGate
+    from harness.signals import Interrupted, SignalGate, ignore_from_now, leave_at_once
 
-    SignalGate().install()
+    gate = SignalGate()
+    gate.install()
+    atexit.register(ignore_from_now)  # the first registered, the last run
     try:
         start(config_dir)
     except Interrupted as stop:
         print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
         sys.exit(128 + stop.signum)
+    except Exception:
+        # raised inside a C extension's import (numpy's, torch's), Interrupted comes back as an ImportError
+        if gate.received is None:
+            raise
+        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
+        sys.exit(128 + gate.received)
+    finally:
+        leave_at_once()
 
 
 def start(config_dir: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -78,6 +79,28 @@ class SignalGate:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+
+
+def leave_at_once() -> None:
+    """From now on (the process is exiting: loggers, worker pools and Python itself shut down) a signal ends
+    the process at once with 128 + its number, rather than being raised where nothing would catch it."""
+
+    def leave(signum, frame) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, leave)
+
+
+def ignore_from_now() -> None:
+    """Ignore these signals for the rest of the process's life. Registered with atexit first, so run last: once
+    Python's own finalization begins it puts the default action back in place of any Python handler (but not of
+    an ignored signal), and a signal during the seconds that torch's teardown can take would kill the process
+    with no exit code of its own."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def gate_of(handler) -> SignalGate | None:
