@@ -1,5 +1,6 @@
 """Models a fork might write, used by tests: one that meets the contract, and broken ones."""
 
+import pytorch_lightning as pl
 import torch
 from torch import nn
 
@@ -63,3 +64,48 @@ class ExplodingGRU(GRU):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.head(self.blowup(self.gru(self.token_embedding(input_ids))[0]))
+
+
+class SlowStep(nn.Module):
+    """Waits `seconds` in every forward pass from the `after`-th one on while training: a step that takes that long
+    (a very long sequence). It writes `marker` when its first long wait begins, for a test to signal then."""
+
+    def __init__(self, seconds: float, after: int, marker: str):
+        super().__init__()
+        self.seconds, self.after, self.marker, self.calls = seconds, after, marker, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import pathlib
+        import time
+
+        self.calls += self.training
+        if self.training and self.calls >= self.after:
+            pathlib.Path(self.marker).write_text("slow step\n")
+            time.sleep(self.seconds)
+        return x
+
+
+class SlowGRU(GRU):
+    """A GRU whose training steps take 60 s each from the 3rd on; SLOW_MARKER names the file it writes then."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, layers: int = 1, vectorize: bool = True):
+        import os
+
+        super().__init__(vocab_size, d_model, layers, vectorize)
+        self.slow = SlowStep(60.0, after=3, marker=os.environ["SLOW_MARKER"])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.slow(self.gru(self.token_embedding(input_ids))[0]))
+
+
+class SlowEnd(pl.Callback):
+    """A callback (+callbacks.slow_end) whose on_train_end takes 60 s, as the plots of a long run can; it writes
+    SLOW_MARKER first."""
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        import os
+        import pathlib
+        import time
+
+        pathlib.Path(os.environ["SLOW_MARKER"]).write_text("slow end\n")
+        time.sleep(60.0)

@@ -1,6 +1,7 @@
 """The command line: Hydra for composition and sweeps, one-line errors and exit codes around it.
 
-Exit codes: 0 PASS (or a full run done), 1 FAIL, 2 bad config or input, 3 preflight failed.
+Exit codes: 0 PASS (or a full run done), 1 FAIL, 2 bad config or input, 3 preflight failed, 128 + the signal
+when interrupted (130 SIGINT, 143 SIGTERM).
 HARNESS_DEBUG=1 shows the full traceback of a config error instead of the one line."""
 
 from __future__ import annotations
@@ -153,27 +154,38 @@ def check_writable(key: str, directory: str) -> None:
 
 def task(cfg) -> dict | float | None:
     """One Hydra job. A single run exits with its verdict's code; a sweep job records and goes on, returning its
-    verdict, or with `optimized_metric` set the number it names (what an optimizing sweeper reads)."""
+    verdict, or with `optimized_metric` set the number it names (what an optimizing sweeper reads). In a sweep
+    stopped by a signal (harness.signals.MARKER), a job not started yet does not start."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from harness.distributed import global_rank
     from harness.errors import ConfigError
     from harness.run import exit_code, run
+    from harness.signals import Interrupted, guard_worker, handled_here, mark_stopped, stopped
     from harness.verdict import Verdict
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+    out, sweep_dir = Path(HydraConfig.get().runtime.output_dir), Path(HydraConfig.get().sweep.dir)
+    if sweeping:
+        guard_worker()
+        if stopped(sweep_dir) is not None:
+            return not_started(out, stopped(sweep_dir))
     try:
         verdict = run(cfg)
     except ConfigError as err:
         if not sweeping:
             _die(str(err), err)
         log.error("error: %s", err)
-        Verdict(status="ERROR", error=str(err)).write(Path(HydraConfig.get().runtime.output_dir))
+        Verdict(status="ERROR", error=str(err)).write(out)
         return None
+    except Interrupted as stop:  # before the job's own handler took over: a verdict all the same
+        verdict = Verdict(status="INTERRUPTED", signal=stop.signum, steps=0, run_dir=str(out))
+        verdict.write(out)
+        verdict = verdict.as_dict()
     except Exception as err:
         # a bug, not a config mistake: record it where the results would have been, then show it whole
-        Verdict(status="ERROR", error=repr(err)).write(Path(HydraConfig.get().runtime.output_dir))
+        Verdict(status="ERROR", error=repr(err)).write(out)
         if not sweeping:
             raise
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
@@ -181,11 +193,26 @@ def task(cfg) -> dict | float | None:
     if not sweeping:
         # a DDP rank > 0 reports through rank 0: its own non-zero exit would make Lightning kill rank 0
         sys.exit(exit_code(verdict) if global_rank() == 0 else 0)
+    if verdict["status"] == "INTERRUPTED" and handled_here():  # one job stopped by a signal stops the sweep
+        mark_stopped(sweep_dir, verdict["signal"])
     if cfg.get("optimized_metric"):  # what a search (hydra/sweeper=optuna) optimizes; None: a failed trial
         from harness.search import metric_value
 
         return metric_value(verdict, cfg.optimized_metric, Path(HydraConfig.get().runtime.output_dir))
     return verdict
+
+
+def not_started(out: Path, signum: int) -> None:
+    """The verdict of a sweep job that a signal stopped before it began: INTERRUPTED at step 0, saying so."""
+    import signal
+
+    from harness.verdict import Verdict
+
+    name = signal.Signals(signum).name
+    log.warning("not started: the sweep was stopped by %s", name)
+    Verdict(
+        status="INTERRUPTED", signal=signum, steps=0, error=f"not started: the sweep was stopped by {name}"
+    ).write(out)
 
 
 #: third-party warnings that say nothing about the user's run
@@ -215,7 +242,34 @@ def route_lightning_logs() -> None:
 
 
 def main(config_dir: Path) -> None:
-    """Entry point of train.py: validate the overrides, then hand over to Hydra."""
+    """Entry point of train.py: validate the overrides, then hand over to Hydra. A signal at any moment exits
+    128 + its number: the first handler is installed before anything else, and raises at once until a job's
+    own handler (harness.faults.StopOnSignal) or a sweep's (harness.signals.SweepStop) takes over."""
+    import atexit
+    import signal
+
+    from harness.signals import Interrupted, SignalGate, ignore_from_now, leave_at_once
+
+    gate = SignalGate()
+    gate.install()
+    atexit.register(ignore_from_now)  # the first registered, the last run
+    try:
+        start(config_dir)
+    except Interrupted as stop:
+        print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        sys.exit(128 + stop.signum)
+    except Exception:
+        # raised inside a C extension's import (numpy's, torch's), Interrupted comes back as an ImportError
+        if gate.received is None:
+            raise
+        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
+        sys.exit(128 + gate.received)
+    finally:
+        leave_at_once()
+
+
+def start(config_dir: Path) -> None:
+    """Validate the overrides, then hand over to Hydra."""
     import warnings
 
     import hydra

@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 
 from harness.seeding import rng_state, set_rng_state
+from harness.signals import Interrupted, SignalGate, gate_of
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +83,6 @@ class NonFinite(Exception):
         super().__init__(f"non-finite value at step {step}: {where}")
 
 
-class Interrupted(Exception):
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-
 def first_nonfinite_module(model: torch.nn.Module, input_ids: torch.Tensor) -> str | None:
     """Re-run the forward pass with hooks and name the first module whose output is not finite."""
     found: list[str] = []
@@ -152,46 +147,29 @@ class NonFiniteGuard(pl.Callback):
         raise NonFinite(trainer.global_step, where)
 
 
-#: Ctrl-C, a polite kill (and SLURM at the time limit), and the warning SLURM sends ahead of the time
-#: limit when asked (the submitit launcher asks for SIGUSR2 signal_delay_s before it)
-SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ()))
-
-
-class StopOnSignal(pl.Callback):
-    """SIGINT, SIGTERM and SIGUSR2 finish the current step, save a checkpoint, then stop the run by raising
-    Interrupted (before training, harness.run stops it after the preflight). A second signal while stopping
-    is ignored (the checkpoint is being written). Under DDP the ranks decide together, every step."""
+class StopOnSignal(SignalGate, pl.Callback):
+    """SIGINT, SIGTERM and SIGUSR2 during a training step finish it, save a checkpoint, then stop the run by
+    raising Interrupted; anywhere else in the job (data generation, the preflight, judging, plots) they raise
+    Interrupted at once (harness.signals.SignalGate), and so does a second signal during a step. Under DDP the
+    ranks decide together, every step."""
 
     def __init__(self, checkpoint: Path):
+        SignalGate.__init__(self)
         self.checkpoint = checkpoint
-        self.received: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is None:
-            log.warning("%s received: stopping after this step", signal.Signals(signum).name)
-            self.received = signum
-
-    def install(self) -> None:
-        for signum in SIGNALS:
-            # the first handler found is what restore() puts back
-            self._previous.setdefault(signum, signal.signal(signum, self._handle))
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
+        #: what the job is doing, for the line that says where a signal stopped it
+        self.phase = "start-up"
 
     def hand_on(self) -> None:
         """Once the run stopped for a signal has saved last.ckpt and its verdict (call after restore()): pass the
         signal on to the handler that was there before ours, if that is a Python function. On a job of the
         submitit launcher (hydra/launcher=slurm or local) it is submitit's, which requeues the job when
         hydra.launcher.max_num_timeout allows and exits; the job starts again in the same run dir and continues
-        from that checkpoint (harness.run). Elsewhere (Ctrl-C, a plain kill) nothing is there to call."""
+        from that checkpoint (harness.run). Elsewhere (Ctrl-C, a plain kill, harness's own gates of train.py and
+        of sweeps, which act on the verdict instead) nothing is called."""
         if self.received is None:
             return
         handler = signal.getsignal(self.received)
-        if not callable(handler) or handler is signal.default_int_handler:
+        if not callable(handler) or handler is signal.default_int_handler or gate_of(handler) is not None:
             return
         log.info(
             "%s: handed on to %s",
@@ -208,6 +186,7 @@ class StopOnSignal(pl.Callback):
         # on_train_batch_end and its own check would end the run by SystemExit: exit 0, no checkpoint, no
         # verdict. Ours alone decides (Lightning restores the handlers it found when fit ends).
         self.install()
+        self.phase, self.deferring = "training", True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         signum = self.received
@@ -217,6 +196,16 @@ class StopOnSignal(pl.Callback):
             signum = signum or signal.SIGTERM  # a rank the signal did not reach stops as if it had
         elif signum is None:
             return
+        self.stop(trainer, signum)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        # past the last step: a signal from now on stops at once, and one that came after the last step's end
+        # (during the last validation) stops the run here, its final weights saved as after any step
+        self.phase, self.deferring = "the end of training", False
+        if self.received is not None:
+            self.stop(trainer, self.received)
+
+    def stop(self, trainer, signum: int) -> None:
         # saved where ModelCheckpoint saves, so it resumes exactly like a periodic checkpoint
         trainer.save_checkpoint(self.checkpoint)
         raise Interrupted(signum)

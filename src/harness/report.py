@@ -247,13 +247,37 @@ def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = 
 
 
 class SweepSummary(Callback):
-    """Hydra callback (conf/train.yaml, hydra.callbacks): the summary of every multirun, in its sweep dir."""
+    """Hydra callback (conf/train.yaml, hydra.callbacks): the summary of every multirun, in its sweep dir. While
+    the sweep runs, a signal stops it as a whole (harness.signals.SweepStop); the summary is then written for what
+    finished and the process exits 128 + the signal."""
+
+    def __init__(self):
+        self.stop = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from harness.signals import SweepStop
+
+        if "submitit" in str(config.hydra.launcher.get("_target_", "")):
+            return  # submitit's jobs are processes (or SLURM tasks) of their own, with submitit's handlers
+        self.stop = SweepStop(Path(config.hydra.sweep.dir))
+        self.stop.install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from harness.signals import Interrupted, stopped
+
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not sweep_dir.is_dir():  # no job got as far as making its dir: nothing to summarize
+        if self.stop is not None:
+            self.stop.restore()
+        if sweep_dir.is_dir():
+            self.summarize(sweep_dir)
+        else:  # no job got as far as making its dir: nothing to summarize
             log.warning("no sweep dir %s: no summary written", sweep_dir)
-            return
+        signum = stopped(sweep_dir)
+        if signum is not None:
+            log.warning("sweep stopped by a signal: the summary covers the jobs that finished")
+            raise Interrupted(signum)
+
+    def summarize(self, sweep_dir: Path) -> None:
         jobs = collect(sweep_dir)
         written = write_summary(sweep_dir, jobs)
         failed = [job.row["job"] for job in jobs if job.row["status"] not in ("PASS", "DONE")]

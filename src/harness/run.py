@@ -142,8 +142,7 @@ def run(cfg: DictConfig) -> dict:
         if writes():
             verdict.write(run_dir)
         return verdict.as_dict()
-    # from here a signal is recorded and acted on at the next safe point (after the preflight, at the end of
-    # a training step), and the handlers stay until the verdict is written
+    # from here a signal stops the job with its verdict: at once, or during a training step at the step's end
     interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
     interrupt.install()
     try:
@@ -156,21 +155,35 @@ def run(cfg: DictConfig) -> dict:
 
 
 def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
-    """The stages of one job, in order: build, preflight, fit, judge. Returns the verdict as a dict."""
+    """The job's stages (harness.run.stages); a signal outside a training step raises Interrupted wherever it
+    lands, and the verdict says INTERRUPTED all the same. Returns the verdict as a dict."""
     started = time.perf_counter()
     mode = mode_for(cfg)
+    verdict = start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
+    try:
+        return stages(cfg, run_dir, interrupt, mode, verdict, started)
+    except Interrupted as stop:
+        interrupt.holding = True  # another signal while the verdict is written is only noted
+        verdict.status, verdict.signal = "INTERRUPTED", stop.signum
+        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {interrupt.phase}"
+        return finish(verdict, started, run_dir, logging.WARNING, message)
+
+
+def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdict: Verdict, started: float):
+    """The stages of one job, in order: build, preflight, fit, judge. Returns the verdict as a dict."""
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
+    interrupt.phase = "data generation and the model's construction"
     data, module = build_parts(cfg, mode)
-    verdict = start_verdict(cfg, module.model, run_dir, n=getattr(mode, "n", None))
+    verdict.model = getattr(
+        module.model, "architecture", type(module.model).__name__
+    )  # e.g. LlamaForCausalLM
     # before the preflight's work: a bad probe or callback is a config error
     probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit")
     extra = build_callbacks(cfg)
 
+    interrupt.phase = "the preflight"
     preflight(cfg, module, data, verdict)
-    if interrupt.received is not None:  # while the data was built or the checks ran: stop before training
-        verdict.status, verdict.signal = "INTERRUPTED", interrupt.received
-        return finish(verdict, started, run_dir, logging.WARNING, "INTERRUPTED before training")
     if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
         verdict.status = "PREFLIGHT_FAIL"
         message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
@@ -183,16 +196,18 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
-    stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers, interrupt)
+    interrupt.phase = "the start of training"
+    stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers)
 
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     verdict.items.setdefault("symptoms", [])
     if stopped is not None:
-        return finish(
-            verdict, started, run_dir, logging.WARNING, stopped_early(verdict, stopped, module, checkpoints)
-        )
+        interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
+        message = stopped_early(verdict, stopped, module, checkpoints, interrupt.phase)
+        return finish(verdict, started, run_dir, logging.WARNING, message)
+    interrupt.phase = "judging and plotting"
     if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
         verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
         message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
@@ -227,13 +242,13 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
     return data, module
 
 
-def start_verdict(cfg: DictConfig, model, run_dir: Path, n: int | None) -> Verdict:
+def start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
+    """What the verdict knows before anything is built (the model's class is added once it is)."""
     choices = HydraConfig.get().runtime.choices
     debug = {"debug": cfg.debug.name} if cfg.get("debug") else {}  # a debug=... run says which
     return Verdict(
         mode=cfg.mode.name,
         n=n,
-        model=getattr(model, "architecture", type(model).__name__),  # the class, e.g. LlamaForCausalLM
         model_group=choices.get("model"),  # the config group's option, e.g. hf
         data=choices.get("data"),
         length=cfg.data.length,
@@ -256,7 +271,7 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
     verdict.preflight_seconds = round(time.perf_counter() - started, 3)
 
 
-def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, interrupt: StopOnSignal):
+def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
     """Train; the NonFinite or Interrupted that ended it early, or None. The loggers are finished either way."""
     outcome, stopped = "failed", None
     try:
@@ -266,26 +281,25 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, interrupt: 
         stopped = err
     finally:
         finish_loggers(loggers, outcome)
-    if stopped is None and interrupt.received is not None:
-        log.warning(
-            "%s received after the last step: the run is complete, its verdict follows",
-            signal.Signals(interrupt.received).name,
-        )
     return stopped
 
 
-def stopped_early(verdict: Verdict, stopped: Exception, module: HarnessModule, checkpoints: Path) -> str:
+def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
     """Record why training ended before its last step; the console line that says so."""
     verdict.final_loss = module.final_loss()
     if isinstance(stopped, Interrupted):
         verdict.status, verdict.signal = "INTERRUPTED", stopped.signum
-        verdict.checkpoint = str(checkpoints / "last.ckpt")
-    else:
-        log.error("%s: stopped; the weights are those before that step", stopped)
-        verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
-        detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
-        found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
-        verdict.items.setdefault("symptoms", []).append(found.as_dict())
+        # a second signal stops at once, maybe before the step's checkpoint: then the last periodic one, if any
+        last = checkpoints / "last.ckpt"
+        verdict.checkpoint = str(last) if last.is_file() else None
+        return (
+            f"INTERRUPTED by {signal.Signals(stopped.signum).name} during {phase} after {verdict.steps} steps"
+        )
+    log.error("%s: stopped; the weights are those before that step", stopped)
+    verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
+    detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+    found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+    verdict.items.setdefault("symptoms", []).append(found.as_dict())
     return f"{verdict.status} after {verdict.steps} steps"
 
 

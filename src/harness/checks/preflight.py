@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import torch
 from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_batch
 from harness.seeding import rng_state, set_rng_state
+from harness.signals import SIGNALS, Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,31 @@ def preflight_files(cfg) -> list[str]:
     return [str(Path(__file__).with_name("preflight_tests.py")), *extra]
 
 
+@contextlib.contextmanager
+def signals_end_the_session():
+    """While pytest runs the checks, the Interrupted a signal handler raises reaches pytest as a KeyboardInterrupt,
+    the one exception that ends its session at once: any other is that check's failure, and pytest goes on to
+    the next check (minutes, for a long sequence). Yields the list the Interrupted is kept in, to raise again."""
+    caught: list[Interrupted] = []
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+
+    def handle(signum, frame):
+        try:
+            previous[signum](signum, frame)
+        except Interrupted as stop:
+            caught.append(stop)
+            raise KeyboardInterrupt from stop
+
+    for signum, handler in previous.items():
+        if callable(handler):  # the default action (or ignoring) is left as it is
+            signal.signal(signum, handle)
+    try:
+        yield caught
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_preflight(module, data, cfg) -> list[dict]:
     """Run every preflight test on `module.model` and `data`; print the table; return the results as dicts."""
     if cfg.preflight is False:
@@ -130,12 +158,15 @@ def run_preflight(module, data, cfg) -> list[dict]:
         "/dev/null",
     ]
     try:
-        with training_mode(model, model.training):  # whatever the checks switch, the model ends as it began
+        # whatever the checks switch, the model ends as it began
+        with training_mode(model, model.training), signals_end_the_session() as caught:
             code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:
         torch.set_num_threads(threads)
         set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
     model.zero_grad(set_to_none=True)
+    if caught:  # a signal ended the checks (harness.signals): the run stops with its verdict
+        raise caught[0]
     if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
         raise KeyboardInterrupt
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):  # the checks did not all run

@@ -1,0 +1,323 @@
+"""Signals land within a bounded time: real train.py processes are signalled in each phase of a run (and during
+start-up), and whole sweeps of both local launchers, with no process left behind."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.signals import Interrupted, SignalGate, loky_workers
+from harness.verdict import read_verdict
+from tests.conftest import PROBES_OFF, ROOT
+
+FORK = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+#: what "within a few seconds" gets on a loaded two-core machine: a signal that waited for a phase to end would
+#: take a minute (the slow phases below last 60 s or more)
+BOUND_S = 25
+QUICK = ["preflight=false", "mode.progress_bar=false", *PROBES_OFF]
+
+
+def start(*args: str, cwd: Path, marker: Path | None = None) -> subprocess.Popen:
+    """The real `python train.py ARGS` in its own process group (as a shell job is), output to cwd/out.txt."""
+    env = {**os.environ, "PYTHONPATH": FORK, "OMP_NUM_THREADS": "1"}
+    if marker is not None:
+        env["SLOW_MARKER"] = str(marker)
+    flags = [a for a in args if a.startswith("-")]
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *flags, *(a for a in args if not a.startswith("-"))],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=open(cwd / "out.txt", "w"),  # noqa: SIM115  (the child holds it; closed with the test's tmp dir)
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def wait_for(found, process: subprocess.Popen, cwd: Path, timeout: float = 240) -> None:
+    """Return once `found()` is true; fail with the process's output if it ends or the time runs out first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found():
+            return
+        assert process.poll() is None, (cwd / "out.txt").read_text()[-3000:]
+        time.sleep(0.05)
+    raise TimeoutError((cwd / "out.txt").read_text()[-3000:])
+
+
+def ended(process: subprocess.Popen, cwd: Path, since: float) -> float:
+    """Seconds from `since` until `process` exits, bounded by BOUND_S."""
+    try:
+        process.wait(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError("still running: " + (cwd / "out.txt").read_text()[-3000:]) from None
+    return time.monotonic() - since
+
+
+def steps(metrics: Path) -> int:
+    if not metrics.is_file():
+        return 0
+    with open(metrics) as f:
+        return sum(1 for r in csv.DictReader(f) if r.get("train/loss"))
+
+
+def signal_and_check(process, cwd: Path, run_dir: Path, signums: tuple[int, ...], phase: str) -> float:
+    """Send `signums` (1.5 s apart: a repeat within a second is the same request), then check the exit code,
+    the verdict and the line that names the phase; the seconds from the last signal to the exit."""
+    for i, signum in enumerate(signums):
+        if i:
+            time.sleep(1.5)
+        sent = time.monotonic()
+        process.send_signal(signum)
+    seconds = ended(process, cwd, sent)
+    out = (cwd / "out.txt").read_text()
+    assert process.returncode == 128 + signums[0], out[-3000:]
+    verdict = read_verdict(run_dir)
+    assert verdict["status"] == "INTERRUPTED" and verdict["signal"] == signums[0], verdict
+    assert f"INTERRUPTED by {signal.Signals(signums[0]).name} during {phase}" in out, out
+    return seconds
+
+
+# --- in-process: the gate itself ----------------------------------------------------------------------------
+
+
+def test_gate_raises_at_once_defers_in_a_step_and_a_repeat_raises(monkeypatch):
+    gate = SignalGate()
+    with pytest.raises(Interrupted) as stop:
+        gate.handle(signal.SIGTERM, None)
+    assert stop.value.signum == signal.SIGTERM and gate.received == signal.SIGTERM
+    step = SignalGate(deferring=True)
+    step.handle(signal.SIGINT, None)  # inside a training step: noted, the step goes on
+    assert step.received == signal.SIGINT
+    step.handle(signal.SIGINT, None)  # the same Ctrl-C, passed on by a sweep's main process: not a second one
+    monkeypatch.setattr(step, "_first_at", time.monotonic() - 2)
+    with pytest.raises(Interrupted):  # a second signal: at once
+        step.handle(signal.SIGTERM, None)
+    held = SignalGate(holding=True)
+    held.handle(signal.SIGTERM, None)  # writing the verdict: only noted
+    assert held.received == signal.SIGTERM
+
+
+def test_dataset_too_big_for_memory_is_refused_naming_the_key():
+    from harness.data.synthetic import SyntheticDataModule
+
+    with pytest.raises(ConfigError, match=r"data\.length=.*GiB of memory.*lower data\.length or data\.size"):
+        SyntheticDataModule(length=10**9, size=1000)
+    SyntheticDataModule(length=64, size=1000)  # an ordinary one is not
+
+
+def test_long_generation_is_announced_with_an_estimate(tmp_path, caplog):
+    from harness.data import synthetic
+
+    data = synthetic.SyntheticDataModule(length=40, size=9, val_size=1, root=str(tmp_path))
+    with caplog.at_level("WARNING"):
+        data.build()
+    assert not caplog.records, "a quick one is not announced"
+    with caplog.at_level("WARNING"), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(synthetic, "TOKENS_PER_S", 10)  # 400 tokens at 10 a second: 40 s
+        data.build()
+    assert "generating 10 examples of 40 tokens: about 40 s" in caplog.text
+
+
+# --- a run, signalled in each phase (real train.py) -----------------------------------------------------------
+
+
+@pytest.mark.slow  # generates ~100M tokens until signalled: ~15 s
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_data_generation(signum, tmp_path):
+    run = tmp_path / "run"
+    process = start(
+        f"data.root={tmp_path / 'data'}",
+        "data.length=100000",
+        f"hydra.run.dir={run}",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    wait_for(lambda: "generating 1100 examples" in (tmp_path / "out.txt").read_text(), process, tmp_path)
+    seconds = signal_and_check(process, tmp_path, run, (signum,), "data generation")
+    assert read_verdict(run)["steps"] == 0 and seconds < BOUND_S
+    assert not list((tmp_path / "data").glob("synthetic/*-L100000-*")), "no half-written dataset in place"
+
+
+@pytest.mark.slow  # a preflight check of 60 s signalled once, then one signalled twice: ~20 s
+@pytest.mark.parametrize("signums", [(signal.SIGTERM,), (signal.SIGINT, signal.SIGINT)])
+def test_signal_during_the_preflight(signums, tmp_path, data_root):
+    marker, run = tmp_path / "in_check", tmp_path / "run"
+    checks = tmp_path / "preflight_slow.py"
+    checks.write_text(
+        "import pathlib, time\n\n\ndef test_slow_check():\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(60)\n\n\n"
+        f"def test_after():\n    pathlib.Path({str(tmp_path / 'after')!r}).write_text('x')\n"
+    )
+    process = start(
+        f"data.root={data_root}", "n=1", f"+preflight_tests=[{checks}]", f"hydra.run.dir={run}", cwd=tmp_path
+    )
+    wait_for(marker.exists, process, tmp_path)
+    seconds = signal_and_check(process, tmp_path, run, signums, "the preflight")
+    assert seconds < BOUND_S and not (tmp_path / "after").exists(), "the checks after it should not run"
+    assert read_verdict(run)["steps"] == 0
+
+
+@pytest.mark.slow  # a 60 s training step: the first signal waits for it, the second does not: ~15 s
+def test_second_signal_during_a_training_step_stops_at_once(tmp_path, data_root):
+    marker, run = tmp_path / "in_step", tmp_path / "run"
+    process = start(
+        f"data.root={data_root}",
+        "model=rnn",
+        "model._target_=tests.fork_models.SlowGRU",
+        "mode=full",
+        "mode.max_steps=100",
+        f"hydra.run.dir={run}",
+        *QUICK,
+        cwd=tmp_path,
+        marker=marker,
+    )
+    wait_for(marker.exists, process, tmp_path)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(3)
+    assert process.poll() is None, "the first signal waits for the step to end"
+    assert "stopping after this step" in (tmp_path / "out.txt").read_text()
+    seconds = signal_and_check(process, tmp_path, run, (signal.SIGTERM,), "training")
+    assert seconds < BOUND_S and read_verdict(run)["steps"] == 2
+
+
+@pytest.mark.slow  # an on_train_end of 60 s (as plots can take), signalled: ~12 s
+def test_signal_while_plotting_after_training(tmp_path, data_root):
+    marker, run = tmp_path / "in_plots", tmp_path / "run"
+    process = start(
+        f"data.root={data_root}",
+        "n=1",
+        "mode.max_steps=3",
+        "+callbacks.slow_end._target_=tests.fork_models.SlowEnd",
+        f"hydra.run.dir={run}",
+        *QUICK,
+        cwd=tmp_path,
+        marker=marker,
+    )
+    wait_for(marker.exists, process, tmp_path)
+    seconds = signal_and_check(process, tmp_path, run, (signal.SIGINT,), "the end of training")
+    assert seconds < BOUND_S
+
+
+@pytest.mark.slow  # three train.py start-ups signalled part-way: ~10 s
+@pytest.mark.parametrize(
+    ("delay", "signum"), [(1.0, signal.SIGINT), (2.5, signal.SIGINT), (2.0, signal.SIGTERM)]
+)
+def test_signal_during_start_up_ends_the_run(delay, signum, tmp_path, data_root):
+    """While Python imports torch and Hydra composes: never a run that goes on."""
+    run = tmp_path / "run"
+    process = start(f"data.root={data_root}", "n=1", f"hydra.run.dir={run}", *QUICK, cwd=tmp_path)
+    time.sleep(delay)
+    sent = time.monotonic()
+    process.send_signal(signum)
+    ended(process, tmp_path, sent)
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode == 128 + signum, out[-3000:]
+    assert not (run / "metrics.csv").exists(), "training should not have started"
+    if (run / "verdict.json").exists():  # the job had begun: it says why it stopped
+        assert read_verdict(run)["status"] == "INTERRUPTED"
+
+
+# --- sweeps stop as a whole --------------------------------------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie is dead: it only waits for its parent to read its status)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def sweep_args(tmp_path: Path, data_root: Path, *extra: str) -> list[str]:
+    """Three jobs: the first ends after 10 steps, the other two would train for hours."""
+    return [
+        "-m",
+        *extra,
+        f"data.root={data_root}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "mode=full",
+        "mode.max_steps=10,100000,100001",
+        "mode.val_every=1000",
+        "mode.log_every=1",
+        "data.length=8",
+        "data.size=64",
+        "data.batch_size=8",
+        *QUICK,
+    ]
+
+
+def check_stopped_sweep(process, tmp_path: Path, signum: int, running: list[str]) -> dict:
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode == 128 + signum, out[-3000:]
+    sweep = tmp_path / "sweep"
+    verdicts = {d.name: read_verdict(d) for d in sweep.iterdir() if (d / "verdict.json").is_file()}
+    assert verdicts["0"]["status"] == "DONE", verdicts
+    for job in running:
+        assert verdicts[job]["status"] == "INTERRUPTED" and verdicts[job]["steps"] > 0, verdicts[job]
+    assert all(v["status"] in ("DONE", "INTERRUPTED") for v in verdicts.values()), verdicts
+    with open(sweep / "summary.csv") as f:
+        rows = {r["job"]: r["status"] for r in csv.DictReader(f)}
+    assert rows == {job: v["status"] for job, v in verdicts.items()}, (rows, out[-2000:])
+    assert "sweep summary of" in out
+    return verdicts
+
+
+@pytest.mark.slow  # a basic-launcher sweep of 3 jobs stopped in its second: ~15 s
+def test_ctrl_c_stops_a_sequential_sweep(tmp_path, data_root):
+    process = start(*sweep_args(tmp_path, data_root), cwd=tmp_path)
+    wait_for(lambda: steps(tmp_path / "sweep/1/metrics.csv") >= 3, process, tmp_path)
+    sent = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+    assert ended(process, tmp_path, sent) < BOUND_S
+    verdicts = check_stopped_sweep(process, tmp_path, signal.SIGINT, running=["1"])
+    assert "not started" in verdicts["2"]["error"] and verdicts["2"]["steps"] == 0, verdicts["2"]
+    assert not group_alive(process.pid)
+
+
+@pytest.mark.slow  # a joblib sweep of 3 jobs on 2 workers, stopped with the two long ones running: ~25 s each
+@pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_signal_stops_a_parallel_sweep_and_its_workers(signum, to_group, tmp_path, data_root):
+    """SIGTERM to the main process alone (kill PID), or Ctrl-C (the whole process group): every job stops, each
+    running one with its verdict, the summary is written, and no worker is left behind."""
+    args = sweep_args(tmp_path, data_root, "hydra/launcher=parallel", "hydra.launcher.n_jobs=2")
+    process = start(*args, cwd=tmp_path)
+    sweep = tmp_path / "sweep"
+    wait_for(
+        lambda: steps(sweep / "1/metrics.csv") >= 3 and steps(sweep / "2/metrics.csv") >= 3, process, tmp_path
+    )
+    workers = loky_workers(process.pid)
+    assert len(workers) == 2, workers
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(process.pid, signum)
+    seconds = ended(process, tmp_path, sent)
+    check_stopped_sweep(process, tmp_path, signum, running=["1", "2"])
+    deadline = time.monotonic() + 10  # the workers exit with the main process, not a minute later
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if alive(pid)], "workers left behind"
+    assert not group_alive(process.pid), "a process of the sweep is left behind"
+    assert seconds < BOUND_S
