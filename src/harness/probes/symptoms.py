@@ -254,7 +254,9 @@ class Symptoms(Probe):
                 f"reach {reach:.3g} after {step} steps: of the loss's gradient at the second-to-last input, that "
                 "fraction reaches the first (0: it underflowed in float32 on the way back through the sequence)"
             )
-            self.report("vanishing_gradients", step, "input positions (grad_by_position)", reach, detail, side="reach")
+            self.report(
+                "vanishing_gradients", step, "input positions (grad_by_position)", reach, detail, side="reach"
+            )
 
     def check_blocks(self, step: int, row: dict) -> None:
         """The first block's gradient RMS against the last block's: far below, the gradient vanishes on its way
