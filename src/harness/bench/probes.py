@@ -1,5 +1,6 @@
 """What the probes cost: the step time of a real Lightning training step with every probe on (their default
-frequencies) over the same step with none, and the same for `wandb.watch(model, log="all", log_freq=10)`.
+frequencies) over the same step with none, and the same for `wandb.watch(model, log="all", log_freq=10)`; and
+what the symptoms add (`symptoms`: every probe over every probe but the activations probe and the detectors).
 
 How: each comparison runs in one Trainer, fitting in a thread of its own and parked at the start of every batch
 by a `Gate` callback. `Bench.run(variant, steps)` switches the variant on (the probes' callback in or out of
@@ -51,6 +52,8 @@ MODELS = {  # the two reference models: (model kwargs, batch size)
 }
 VOCAB = 256
 TARGETS = {"tiny": 1.10, "small": 1.02}  # probes on / off, at most
+SYMPTOM_PROBES = ("activations", "symptoms")  # what the symptoms add to the probes
+SYMPTOMS_TARGET = 1.02  # every probe / every probe but those, at most
 INNER = 100  # steps of each variant per repetition: a multiple of every default period (1, 10, 50, 100)
 WATCH_INNER = 20  # the same for wandb.watch (log_freq 10)
 CHUNK = 10  # steps run in one variant before switching to the other
@@ -224,17 +227,19 @@ def probes_bench(model_name: str, clocks: dict[str, list[float]]) -> Bench:
     runs.mkdir(parents=True, exist_ok=True)
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
     kwargs, batch_size = MODELS[model_name]
-    probes = build_probes(
-        OmegaConf.load(CONF), run_dir=runs, data=RandomTokens(kwargs["max_len"], batch_size), overfit=True
-    )
-    probes = timed_hooks(probes, clocks["probes"])
+    data, everything = RandomTokens(kwargs["max_len"], batch_size), OmegaConf.load(CONF)
+    probes = timed_hooks(build_probes(everything, run_dir=runs, data=data, overfit=True), clocks["probes"])
+    # every probe but what the symptoms add (the activations probe and the detectors): their cost, side by side
+    without = OmegaConf.merge(everything, {name: None for name in SYMPTOM_PROBES})
+    lean = build_probes(without, run_dir=runs, data=data, overfit=True)
     floor = timed_hooks([Floor()], clocks["floor"])
     switches: dict[str, Callable] = {
         "off": lambda b: b.use([]),
         "probes": lambda b: b.use(probes),
+        "without_symptoms": lambda b: b.use(lean),
         "floor": lambda b: b.use(floor),
     }
-    return Bench("probes", model_name, [*probes, *floor], loggers, switches)
+    return Bench("probes", model_name, [*probes, *lean, *floor], loggers, switches)
 
 
 def watch_bench(model_name: str) -> Bench:
@@ -276,6 +281,7 @@ def measure(model_name: str, reps: int) -> dict:
             result["hooks_ms_per_step"] = round(hooks_ms, 3)
             result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 4)
             results[variant] = result
+        results["symptoms"] = compare(bench, "probes", "without_symptoms", reps, INNER)
     finally:
         bench.close()
     bench = watch_bench(model_name)
@@ -307,6 +313,7 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
         results = measure(model_name, reps)
         figures[model_name] = {
             "probes": round(results["probes"]["median"], 3),
+            "symptoms": round(results["symptoms"]["median"], 3),
             "wandb_watch": round(results["wandb_watch"]["median"], 3),
         }
         details[model_name] = {
@@ -322,6 +329,8 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
         out[f"{model_name}/probes"] = (ratio, ratio <= target and hooks <= target)
         out[f"{model_name}/probe_hooks"] = (hooks, hooks <= target)
         out[f"{model_name}/floor"] = (round(results["floor"]["median"], 3), None)
+        symptoms = round(results["symptoms"]["median"], 3)  # every probe / every probe but the symptoms'
+        out[f"{model_name}/symptoms"] = (symptoms, symptoms <= SYMPTOMS_TARGET)
         # no target of its own: it is the one-liner the probes replace, so the probes should cost less
         out[f"{model_name}/wandb_watch"] = (
             figures[model_name]["wandb_watch"],
@@ -331,7 +340,10 @@ def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | 
         "probes",
         figures,
         {
-            "target": {f"{m}/probes": f"<= {t}" for m, t in TARGETS.items()},
+            "target": {
+                **{f"{m}/probes": f"<= {t}" for m, t in TARGETS.items()},
+                **{f"{m}/symptoms": f"<= {SYMPTOMS_TARGET}" for m in TARGETS},
+            },
             "steps_per_variant_per_repetition": INNER,
             "chunk": CHUNK,
             "threads": torch.get_num_threads(),

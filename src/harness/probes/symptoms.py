@@ -3,8 +3,8 @@ ratios, activations, gradient reach) and the training loss, and reports what a p
 spot in the charts (harness.symptoms: the record, the names, the suggestions).
 
     vanishing_gradients    the first block's gradient RMS a tiny fraction of the last block's, `patience`
-                           readings in a row; or a trained model's input-gradient reach (grad_by_position) at
-                           or below `reach`
+                           readings in a row; or the input-gradient reach (grad_by_position) at the end of
+                           training at or below `reach`
     exploding_gradients    the total gradient norm `explode_jump` times its running median, its recent
                            median `explode_growth` times its first, or above `explode_norm` `patience` steps
                            in a row; or the first block's gradient RMS 1/`layer_ratio` times the last's
@@ -112,6 +112,7 @@ class Symptoms(Probe):
         self.matrices: list[str] = []
         self.base_lr = self.lr = None
         self.listening = False
+        self.ending = False
         self.reported: set[tuple[str, str]] = set()
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -135,6 +136,7 @@ class Symptoms(Probe):
         self.lr = getattr(pl_module, "step_lr", None)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self.ending = True  # the rows flushed from here on are the end of training's
         self.read_losses(trainer.global_step)
 
     def read(self, step: int, row: dict) -> None:
@@ -246,10 +248,11 @@ class Symptoms(Probe):
                 self.report("exploding_gradients", step, "grad_norm/total", last, detail)
 
     def check_reach(self, step: int, reach: float) -> None:
-        """A trained model's reach at or below `reach` (0: the gradient underflowed before the first input).
-        The measurement at init is left out: the gated cells (LSTM) start there with no reach either, and grow
-        one by training."""
-        if step > 0 and math.isfinite(reach) and reach <= self.reach:
+        """The trained model's reach (grad_by_position's last measurement, at the end of training) at or below
+        `reach` (0: the gradient underflowed before the first input). The measurements before it are left out:
+        the gated cells (LSTM) start with no reach and grow one by training, and a tanh RNN's can drop to 0 for
+        a while and come back."""
+        if self.ending and step > 0 and math.isfinite(reach) and reach <= self.reach:
             detail = (
                 f"reach {reach:.3g} after {step} steps: of the loss's gradient at the second-to-last input, that "
                 "fraction reaches the first (0: it underflowed in float32 on the way back through the sequence)"
