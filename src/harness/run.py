@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import build, validate
 from harness.distributed import global_rank, started_by_lightning
+from harness.door import check_run_dir
 from harness.errors import ConfigError
 from harness.faults import (
     Interrupted,
@@ -24,6 +25,7 @@ from harness.faults import (
     NonFiniteGuard,
     ResumeState,
     StopOnSignal,
+    check_resume_mode,
     find_checkpoint,
     interrupted_here,
     load_checked,
@@ -88,9 +90,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
         return pl.Trainer(**harness_sets, **given)
     except TypeError as err:
         name = re.search(r"'(\w+)'", str(err))
-        raise ConfigError(
-            f"trainer.{name.group(1) if name else '?'}", "", f"not a Lightning Trainer argument ({err})"
-        ) from None
+        key = name.group(1) if name else next((k for k in given if f"`{k}`" in str(err)), "?")
+        raise ConfigError(f"trainer.{key}", given.get(key, ""), f"Lightning refuses it ({err})") from None
     except MisconfigurationException as err:  # e.g. a ModelCheckpoint in callbacks in overfit mode
         named = [type(c).__name__ for c in callbacks if type(c).__name__ in str(err)]
         key = next((k for k in given if k in str(err)), None)
@@ -127,8 +128,11 @@ def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not started_by_lightning():  # before any work: an earlier run's dir, a checkpoint of another mode
+        check_run_dir(cfg, run_dir, key="hydra.sweep.dir" if sweeping() else "hydra.run.dir")
+        check_resume_mode(cfg, run_dir)
     if writes():  # rank 0: config_tree.log, and the tree on the console unless in a sweep
-        show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
+        show_config(cfg, run_dir, console=not sweeping())
     if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
         from harness.evaluate import evaluate
 
@@ -174,6 +178,8 @@ def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
     callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
+    if ckpt_path is not None and cfg.ckpt_path is None:
+        log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
@@ -283,6 +289,11 @@ def finish(
         if summary:
             log.info("verdict: %s", path)
     return verdict.as_dict()
+
+
+def sweeping() -> bool:
+    """Whether this job is one of a sweep's (python train.py -m)."""
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def writes() -> bool:
