@@ -137,6 +137,9 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         check_writable(key, str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
         check_earlier_runs(cfg, Path(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir), multirun)
+        root = (cfg.get("data") or {}).get("root")
+        if root is not None and not Path(str(root)).is_dir():  # an existing one may be a read-only cache
+            check_writable("data.root", str(root), example="data")  # datasets are generated there
 
 
 def grammar_error(err: Exception, overrides: list[str]) -> str:
@@ -178,7 +181,7 @@ def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
         _die(str(err), err)
 
 
-def check_writable(key: str, directory: str) -> None:
+def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
     """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
     import tempfile
 
@@ -192,7 +195,7 @@ def check_writable(key: str, directory: str) -> None:
     except OSError as err:
         _die(
             f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
-            f"e.g. {key}=outputs/...",
+            f"e.g. {key}={example}",
             err,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 from pathlib import Path
@@ -114,7 +115,9 @@ class DiskDataModule(pl.LightningDataModule):
             write_dataset(
                 self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source
             )
-        except PermissionError as err:
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
             raise ConfigError(
                 "data.root",
                 self.root,
