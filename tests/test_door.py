@@ -80,6 +80,16 @@ def test_a_wandb_key_in_netrc_counts(capsys, monkeypatch, tmp_path):
     assert "cannot reach" in message  # past the key: the netrc entry was found
 
 
+def test_good_values_of_other_kinds_pass(tmp_path):
+    for overrides in (
+        ["trainer.devices=[0]"],
+        ["trainer.devices=auto"],
+        ["optim.lr=1"],
+        ["trainer.gradient_clip_val=null"],
+    ):
+        check_overrides([*overrides, f"hydra.run.dir={tmp_path}/run"], CONF)
+
+
 def test_an_unquoted_non_ascii_value_is_told_how_to_quote(capsys):
     message = refused(capsys, "data.alphabet=αβγ")
     assert "data.alphabet=αβγ" in message and "\"data.alphabet='αβγ'\"" in message
@@ -167,24 +177,26 @@ def test_a_sweep_dir_holding_verdicts_is_refused(capsys, tmp_path):
     assert message.startswith(f"error: hydra.sweep.dir={tmp_path}/sweep: already holds a sweep"), message
 
 
-def test_run_refuses_an_earlier_runs_dir_and_keeps_its_verdict(make_config, tmp_path):
-    """harness.run.run itself refuses too (a launcher's job, an in-process run), and writes nothing there."""
-    from harness.run import run
+def test_a_job_refuses_an_earlier_runs_dir_and_keeps_its_verdict(make_config, tmp_path, capsys):
+    """The Hydra job itself (harness.cli.task, what every launcher calls) refuses too, and writes nothing there."""
+    from harness.cli import task
 
     write_verdict(tmp_path / "run", "PASS")
-    with pytest.raises(ConfigError, match="already holds a run"):
-        run(make_config("preflight=false", *PROBES_OFF))
+    with pytest.raises(SystemExit) as stop:
+        task(make_config("preflight=false", *PROBES_OFF))
+    assert stop.value.code == 2 and "already holds a run (verdict PASS)" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
     assert not (tmp_path / "run" / "metrics.csv").exists()
 
 
 def test_interrupted_run_dir_is_the_same_run_started_again(make_config, tmp_path, one_thread):
     """A requeued job reruns in the dir whose verdict says INTERRUPTED: not refused, it runs to its verdict."""
-    from harness.run import run
+    from harness.cli import task
 
     write_verdict(tmp_path / "run", "INTERRUPTED")
-    verdict = run(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF))
-    assert verdict["status"] == "FAIL" and verdict["steps"] == 2
+    with pytest.raises(SystemExit) as stop:  # a single run exits with its verdict's code
+        task(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF))
+    assert stop.value.code == 1 and json.loads((tmp_path / "run" / "verdict.json").read_text())["steps"] == 2
 
 
 # -- checkpoints of another mode ---------------------------------------------------------------------------------

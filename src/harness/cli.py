@@ -134,12 +134,19 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
                 check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
             except ConfigError as err:
                 _die(str(err), err)
-        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-        check_writable(key, str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
-        check_earlier_runs(cfg, Path(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir), multirun)
-        root = (cfg.get("data") or {}).get("root")
-        if root is not None and not Path(str(root)).is_dir():  # an existing one may be a read-only cache
-            check_writable("data.root", str(root), example="data")  # datasets are generated there
+        check_folders(cfg, hydra_cfg, multirun)
+
+
+def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
+    """The folders a run writes: its run (or sweep) dir can be made and holds no earlier run, and data.root, where
+    datasets are generated, can be made (an existing one may be a read-only cache, checked when written)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    directory = str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir)
+    check_writable(key, directory)
+    check_earlier_runs(cfg, Path(directory), multirun)
+    root = (cfg.get("data") or {}).get("root")
+    if root is not None and not Path(str(root)).is_dir():
+        check_writable("data.root", str(root), example="data")
 
 
 def grammar_error(err: Exception, overrides: list[str]) -> str:
@@ -206,14 +213,16 @@ def task(cfg) -> dict | float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.distributed import global_rank
-    from harness.door import RunDirTaken
+    from harness.distributed import global_rank, started_by_lightning
+    from harness.door import RunDirTaken, check_run_dir
     from harness.errors import ConfigError
     from harness.run import exit_code, run
     from harness.verdict import Verdict
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
+        if not started_by_lightning():  # a launcher's job too: its dir holds no earlier run
+            check_run_dir(cfg, Path(HydraConfig.get().runtime.output_dir))
         verdict = run(cfg)
     except ConfigError as err:
         if not sweeping:

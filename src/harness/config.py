@@ -17,7 +17,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from harness.distributed import check_devices, processes
-from harness.door import check_flags, check_ranges, check_wandb
+from harness.door import check_values
 from harness.errors import ConfigError
 from harness.search import check_metric
 
@@ -209,13 +209,11 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
             f"longer than model.max_len={max_len}, the longest input the "
             f"model can embed; raise model.max_len or shorten data.length",
         )
-    check_ranges(cfg)  # the built-in groups' keys: model.d_model=0, data.batch_size=-1, optim.lr=0
-    check_flags(cfg)
+    check_values(cfg)  # ranges of the built-in keys, the +flags, wandb online (a key, a reachable server)
     check_trainer(cfg)
     processes(cfg.trainer)  # trainer.devices is a count, a list of ids or auto, wherever the job runs
     if devices:
         check_devices(cfg.trainer)
-    check_wandb(cfg)  # online: a key and a reachable server, or wandb fails after the preflight
     check_compile(cfg.compile)
     check_metric(cfg.get("optimized_metric"))
 

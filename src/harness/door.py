@@ -26,8 +26,8 @@ KIND_WORDS = {
     "dict": "a mapping",
 }
 
-#: keys whose default is a number but that also take text (Lightning's devices="auto" or "0,1")
-TEXT_TOO = ("trainer.devices",)
+#: keys whose default is a number but that take other kinds too (Lightning's devices: "auto", "0,1", [0, 1])
+ALSO = {"trainer.devices": ("str", "list")}
 
 
 def kind(value) -> str | None:
@@ -56,7 +56,7 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
         wanted, got = kind(default), kind(given)
         if wanted not in ("number", "bool") or got is None or got == wanted:
             continue
-        if got == "str" and key in TEXT_TOO:
+        if got in ALSO.get(key, ()):
             continue
         raise ConfigError(
             key,
@@ -197,3 +197,10 @@ def check_flags(cfg: DictConfig) -> None:
         value = cfg.get(name, False)
         if not isinstance(value, bool):
             raise ConfigError(name, value, f"must be true or false (+{name}=true)")
+
+
+def check_values(cfg: DictConfig) -> None:
+    """What harness.config.validate asks of this module: the ranges, the +flags, the wandb tracker."""
+    check_ranges(cfg)
+    check_flags(cfg)
+    check_wandb(cfg)

@@ -17,7 +17,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import build, validate
 from harness.distributed import global_rank, started_by_lightning
-from harness.door import check_run_dir
 from harness.errors import ConfigError
 from harness.faults import (
     Interrupted,
@@ -128,11 +127,10 @@ def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if not started_by_lightning():  # before any work: an earlier run's dir, a checkpoint of another mode
-        check_run_dir(cfg, run_dir, key="hydra.sweep.dir" if sweeping() else "hydra.run.dir")
+    if not started_by_lightning():  # before any work: a checkpoint another mode saved
         check_resume_mode(cfg, run_dir)
     if writes():  # rank 0: config_tree.log, and the tree on the console unless in a sweep
-        show_config(cfg, run_dir, console=not sweeping())
+        show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
     if cfg.mode.name == "eval":  # no training: a checkpoint measured (harness.evaluate)
         from harness.evaluate import evaluate
 
@@ -289,11 +287,6 @@ def finish(
         if summary:
             log.info("verdict: %s", path)
     return verdict.as_dict()
-
-
-def sweeping() -> bool:
-    """Whether this job is one of a sweep's (python train.py -m)."""
-    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def writes() -> bool:
