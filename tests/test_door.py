@@ -32,7 +32,7 @@ def no_wandb_key(monkeypatch, tmp_path):
 
 BAD_VALUES = [
     ("optim.lr=abc", "optim.lr=abc: optim.lr must be a number"),
-    ("optim.lr=0", "optim.lr=0: must be > 0"),
+    ("optim.lr=-1", "optim.lr=-1: must be >= 0"),
     ("trainer.devices=0", "trainer.devices=0:"),
     ("trainer.devices=-2", "trainer.devices=-2:"),
     (

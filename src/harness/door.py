@@ -68,7 +68,7 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
 
 #: harness's own keys with a range: key -> (smallest, whole number?, why). Checked wherever the key is set.
 RANGES = {
-    "optim.lr": (0.0, False, "the peak learning rate (try optim.lr=3e-3)"),
+    "optim.lr": (0.0, False, "the peak learning rate, 0: no learning (try optim.lr=3e-3)"),
     "optim.weight_decay": (0.0, False, "must be >= 0 (try optim.weight_decay=0.0)"),
     "optim.momentum": (0.0, False, "must be >= 0 (try optim.momentum=0.9)"),
     "model.d_model": (1, True, "the model's width (try model.d_model=64)"),
@@ -85,8 +85,6 @@ RANGES = {
     "mode.log_every": (1, True, "steps between logged rows (try mode.log_every=1)"),
     "mode.ckpt_every": (0, True, "steps between periodic checkpoints (try mode.ckpt_every=100)"),
 }
-#: of RANGES, those that must be strictly above their smallest value
-STRICT = ("optim.lr",)
 
 
 def check_ranges(cfg: DictConfig) -> None:
@@ -98,9 +96,8 @@ def check_ranges(cfg: DictConfig) -> None:
         if kind(value) != "number" or (whole and not float(value).is_integer()):
             noun = "a whole number" if whole else "a number"
             raise ConfigError(key, value, f"must be {noun}; {why}")
-        if value < low or (key in STRICT and value <= low):
-            bound = f"> {low}" if key in STRICT else f">= {low}"
-            raise ConfigError(key, value, f"must be {bound}; {why}")
+        if value < low:
+            raise ConfigError(key, value, f"must be >= {low}; {why}")
 
 
 #: logger.wandb.mode's choices (harness.loggers.wandb_logger sets WANDB_MODE from it)
