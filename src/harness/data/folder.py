@@ -39,7 +39,9 @@ class FolderDataModule(DiskDataModule):
             check_whole(self.dataset_dir)
         except CorruptDataset as err:
             raise ConfigError(
-                "data.path", self.dataset_dir, f"{short(err, self.dataset_dir)}; restore it from its source"
+                "data.path",
+                self.dataset_dir,
+                f"the dataset is corrupt: {short(err, self.dataset_dir)}; restore it from its source",
             ) from None
 
     def setup(self, stage: str | None = None) -> None:
