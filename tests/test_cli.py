@@ -92,6 +92,7 @@ def test_preflight_failure_stops_before_training_with_exit_3(run_train, tmp_path
         "model._target_=tests.fork_models.PeekingGRU",
         "preflight=warn",
         "n=1",
+        "+overwrite=true",  # the same run dir as the refused run above
         env={"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
     )
     assert warned.returncode in (0, 1) and read_verdict(tmp_path / "run")["steps"] > 0

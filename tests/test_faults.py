@@ -263,7 +263,16 @@ def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_con
         length=16,
         source={"made_by": "test"},
     )
-    ok = run(make_config("data=folder", f"data.path={folder}", "data.length=16", "n=2", *PROBES_OFF))
+    ok = run(
+        make_config(
+            "data=folder",
+            f"data.path={folder}",
+            "data.length=16",
+            "n=2",
+            *PROBES_OFF,
+            run_dir=tmp_path / "ok",
+        )
+    )
     assert ok["status"] == "PASS", ok
     train = folder / "train.jsonl"
     truncated = train.read_text()[:-20]  # the last record cut mid-line

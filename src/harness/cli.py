@@ -51,6 +51,8 @@ def _explain(err: Exception, overrides: list[str], base) -> str:
             if isinstance(node, DictConfig)
             else ""
         )
+        if parent == "logger":  # the old flat form (logger.mode): each tracker's settings sit under its name
+            known += f"; a tracker's settings go under its name: logger=wandb logger.wandb.{key.split('.')[-1]}=..."
         return f"{override_of(key)}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
     if isinstance(cause, ValidationError) and cause.full_key and cause.object_type is not None:
         wanted = typing.get_type_hints(cause.object_type).get(cause.key)
@@ -81,6 +83,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from harness.compat import hydra_args_parser
     from harness.config import validate
     from harness.distributed import check_launch, on_cluster
+    from harness.door import check_types
     from harness.errors import ConfigError
     from harness.search import check_sweeper
 
@@ -90,7 +93,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
-        _die(f"{str(err).splitlines()[0]} (HARNESS_DEBUG=1 shows the traceback)", err)
+        _die(grammar_error(err, args.overrides), err)
     variants, hydra_overrides = [[]], []
     for override in parsed:
         key = override.get_key_element()
@@ -124,16 +127,69 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             except Exception as err:
                 _die(_explain(err, variant, base_of(variant, searchpath)), err)
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
+                check_types(
+                    cfg, base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
+                )
                 validate(cfg, devices=not on_cluster(launcher))
                 check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
                 check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
             except ConfigError as err:
                 _die(str(err), err)
-        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-        check_writable(key, str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir))
+        check_folders(cfg, hydra_cfg, multirun)
 
 
-def check_writable(key: str, directory: str) -> None:
+def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
+    """The folders a run writes: its run (or sweep) dir can be made and holds no earlier run, and data.root, where
+    datasets are generated, can be made (an existing one may be a read-only cache, checked when written)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    directory = str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir)
+    check_writable(key, directory)
+    check_earlier_runs(cfg, Path(directory), multirun)
+    root = (cfg.get("data") or {}).get("root")
+    if root is not None and not Path(str(root)).is_dir():
+        check_writable("data.root", str(root), example="data")
+
+
+def grammar_error(err: Exception, overrides: list[str]) -> str:
+    """Hydra's grammar error in one line; for a value with characters outside ASCII, which Hydra's grammar takes
+    only quoted, how to quote it through the shell."""
+    first = str(err).splitlines()[0]
+    odd = next((o for o in overrides if not o.isascii()), None)
+    if odd is None or "=" not in odd:
+        return f"{first} (HARNESS_DEBUG=1 shows the traceback)"
+    key, _, value = odd.partition("=")
+    return (
+        f"{odd}: Hydra reads a value with characters outside ASCII only when it is quoted; "
+        f"quote it inside the shell's quotes: \"{key}='{value}'\""
+    )
+
+
+def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
+    """No earlier run is overwritten: the run dir (each job dir of a sweep dir) must hold no verdict, unless
+    harness.door.check_run_dir allows it. A rank Lightning starts works in rank 0's dir: not checked."""
+    from harness.distributed import started_by_lightning
+    from harness.door import check_run_dir, prior_status
+    from harness.errors import ConfigError
+
+    if started_by_lightning():
+        return
+    try:
+        if not multirun:
+            check_run_dir(cfg, directory)
+        elif cfg.get("overwrite", False) is not True and directory.is_dir():
+            held = next((d for d in sorted(directory.iterdir()) if prior_status(d)), None)
+            if held is not None:
+                raise ConfigError(
+                    "hydra.sweep.dir",
+                    str(directory),
+                    f"already holds a sweep ({held.name}/verdict.json) that this one would overwrite; "
+                    "choose another folder, or give +overwrite=true",
+                )
+    except ConfigError as err:
+        _die(str(err), err)
+
+
+def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
     """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
     import tempfile
 
@@ -147,7 +203,7 @@ def check_writable(key: str, directory: str) -> None:
     except OSError as err:
         _die(
             f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
-            f"e.g. {key}=outputs/...",
+            f"e.g. {key}={example}",
             err,
         )
 
@@ -159,7 +215,8 @@ def task(cfg) -> dict | float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from harness.distributed import global_rank
+    from harness.distributed import global_rank, started_by_lightning
+    from harness.door import RunDirTaken, check_run_dir
     from harness.errors import ConfigError
     from harness.run import exit_code, run
     from harness.signals import Interrupted, guard_worker, handled_here, mark_stopped, stopped
@@ -172,12 +229,15 @@ def task(cfg) -> dict | float | None:
         if stopped(sweep_dir) is not None:
             return not_started(out, stopped(sweep_dir))
     try:
+        if not started_by_lightning():  # a launcher's job too: its dir holds no earlier run
+            check_run_dir(cfg, out)
         verdict = run(cfg)
     except ConfigError as err:
         if not sweeping:
             _die(str(err), err)
         log.error("error: %s", err)
-        Verdict(status="ERROR", error=str(err)).write(out)
+        if not isinstance(err, RunDirTaken):  # that dir's verdict is an earlier run's: left as it is
+            Verdict(status="ERROR", error=str(err)).write(out)
         return None
     except Interrupted as stop:  # before the job's own handler took over: a verdict all the same
         verdict = Verdict(status="INTERRUPTED", signal=stop.signum, steps=0, run_dir=str(out))

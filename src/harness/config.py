@@ -16,7 +16,8 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from harness.distributed import check_devices
+from harness.distributed import check_devices, processes
+from harness.door import check_values
 from harness.errors import ConfigError
 from harness.search import check_metric
 
@@ -208,7 +209,9 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
             f"longer than model.max_len={max_len}, the longest input the "
             f"model can embed; raise model.max_len or shorten data.length",
         )
+    check_values(cfg)  # ranges of the built-in keys, the +flags, wandb online (a key, a reachable server)
     check_trainer(cfg)
+    processes(cfg.trainer)  # trainer.devices is a count, a list of ids or auto, wherever the job runs
     if devices:
         check_devices(cfg.trainer)
     check_compile(cfg.compile)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from harness.errors import ConfigError
 
@@ -43,12 +43,36 @@ def started_by_lightning() -> bool:
     return launched and not any(name in os.environ for name in RANK_VARIABLES)
 
 
+def device_count(devices) -> int | None:
+    """The devices `trainer.devices` asks for, as Lightning reads it: a count >= 1, a list of device ids
+    ([0, 1] or "0,1"), or auto / -1 (None: as many as the machine has). Anything else is refused here rather
+    than by Lightning once the data is built and the preflight has run."""
+    text = str(devices).strip() if isinstance(devices, str) else None
+    if text in ("auto", "-1") or (
+        isinstance(devices, int) and not isinstance(devices, bool) and devices == -1
+    ):
+        return None
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+        return devices
+    if text is not None and text.isdigit() and int(text) >= 1:
+        return int(text)
+    ids = [part.strip() for part in text.split(",") if part.strip()] if text and "," in text else devices
+    if isinstance(ids, (list, tuple, ListConfig)) and ids and all(str(i).isdigit() for i in ids):
+        return len(ids)
+    raise ConfigError(
+        "trainer.devices",
+        devices,
+        "give a number of devices >= 1 (trainer.devices=1), a list of device ids "
+        "(trainer.devices=[0,1]) or trainer.devices=auto",
+    )
+
+
 def processes(trainer: DictConfig) -> int:
-    """Processes the Trainer config asks for on this machine (1 unless a DDP strategy is chosen)."""
+    """Processes the Trainer config asks for on this machine: the devices under a DDP strategy, and under
+    `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
     strategy = str(trainer.get("strategy", "auto"))
     devices = trainer.get("devices", 1)
-    if not strategy.startswith("ddp"):
-        return 1
+    count = device_count(devices)
     if strategy.startswith("ddp_spawn"):
         raise ConfigError(
             "trainer.strategy",
@@ -56,14 +80,16 @@ def processes(trainer: DictConfig) -> int:
             "spawned workers keep the stop step, probes and checks to "
             "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
         )
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+    if strategy.startswith("ddp") and count is None:
         raise ConfigError(
             "trainer.devices",
             devices,
             "with DDP give the number of processes on each machine, "
             "e.g. trainer.devices=2: the harness checks it against the machine and the launcher",
         )
-    return devices
+    if strategy.startswith("single"):
+        return 1
+    return count or 1  # auto devices: the GPUs there are (never more than the machine has), or 1 CPU process
 
 
 def check_devices(trainer: DictConfig) -> None:

@@ -36,6 +36,46 @@ def find_checkpoint(ckpt_path: str, run_dir: Path) -> str:
     return str(found[-1])
 
 
+def checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
+    """The run dir a checkpoint was saved in (<run dir>/checkpoints/<name>.ckpt) and that run's mode, read from
+    its .hydra/config.yaml or verdict.json; None where neither says (a checkpoint copied out of its run)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    run = Path(ckpt_path).absolute().parent.parent
+    config, verdict = run / ".hydra" / "config.yaml", run / "verdict.json"
+    try:
+        if config.is_file():
+            return run, str(OmegaConf.select(OmegaConf.load(config), "mode.name", default=None) or "") or None
+        if verdict.is_file():
+            return run, json.loads(verdict.read_text(encoding="utf-8")).get("mode")
+    except Exception:  # an unreadable neighbour says nothing about the checkpoint: its mode is unknown
+        return run, None
+    return run, None
+
+
+def check_resume_mode(cfg, run_dir: Path) -> str | None:
+    """The checkpoint mode=full resumes from (ckpt_path, `last` found), refused in one line when another mode's run
+    saved it (an overfit run's last.ckpt is the newest after an overfit run) unless +resume_any_mode=true, and
+    named on the console with its run and mode; None without ckpt_path or outside mode=full."""
+    from harness.errors import ConfigError
+
+    if cfg.ckpt_path is None or cfg.mode.name != "full":
+        return None
+    found = find_checkpoint(cfg.ckpt_path, run_dir)
+    origin, mode = checkpoint_origin(found)
+    if mode is not None and mode != cfg.mode.name and cfg.get("resume_any_mode", False) is not True:
+        raise ConfigError(
+            "ckpt_path",
+            cfg.ckpt_path,
+            f"{found} was saved by a mode={mode} run ({origin}), and this run is mode={cfg.mode.name}; give "
+            f"a mode={cfg.mode.name} run's checkpoint, or +resume_any_mode=true to resume from it all the same",
+        )
+    log.info("resuming from %s: the mode=%s run in %s", found, mode or "unknown", origin)
+    return found
+
+
 def interrupted_here(run_dir: Path) -> str | None:
     """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says INTERRUPTED: the job is running again
     in the dir it was stopped in (the submitit launcher requeues a job stopped at SLURM's time limit into the

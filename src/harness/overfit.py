@@ -56,6 +56,10 @@ class OverfitData(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         self.base.setup(stage)
         available = len(self.base.train_dataset)
+        if not available:
+            raise ConfigError(
+                "n", self.n, "the training split is empty; give data with at least one training example"
+            )
         if self.n > available:
             raise ConfigError(
                 "n",

@@ -24,6 +24,7 @@ from harness.faults import (
     NonFiniteGuard,
     ResumeState,
     StopOnSignal,
+    check_resume_mode,
     find_checkpoint,
     interrupted_here,
     load_checked,
@@ -90,9 +91,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list
         return pl.Trainer(**harness_sets, **given)
     except TypeError as err:
         name = re.search(r"'(\w+)'", str(err))
-        raise ConfigError(
-            f"trainer.{name.group(1) if name else '?'}", "", f"not a Lightning Trainer argument ({err})"
-        ) from None
+        key = name.group(1) if name else next((k for k in given if f"`{k}`" in str(err)), "?")
+        raise ConfigError(f"trainer.{key}", given.get(key, ""), f"Lightning refuses it ({err})") from None
     except MisconfigurationException as err:  # e.g. a ModelCheckpoint in callbacks in overfit mode
         named = [type(c).__name__ for c in callbacks if type(c).__name__ in str(err)]
         key = next((k for k in given if k in str(err)), None)
@@ -129,6 +129,8 @@ def run(cfg: DictConfig) -> dict:
     """Run one job. Returns its verdict (also written to verdict.json in the Hydra output dir)."""
     validate(cfg)  # devices included: here is the machine that runs the job
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not started_by_lightning():  # before any work: a checkpoint another mode saved
+        check_resume_mode(cfg, run_dir)
     if writes():  # rank 0: config_tree.log, and the tree on the console unless in a sweep
         show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
     if cfg.get("doctor"):  # experiment=doctor: overfit runs of its own, then a diagnosis (harness.doctor)
@@ -193,6 +195,8 @@ def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdic
     callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
+    if ckpt_path is not None and cfg.ckpt_path is None:
+        log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)

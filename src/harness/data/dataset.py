@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.data.format import CorruptDataset, read_meta, read_split
+from harness.data.format import CorruptDataset, excerpt, read_meta, read_split
 from harness.data.sampler import ResumableLoader
 from harness.data.tokenizer import CharTokenizer, Tokenizer
 
@@ -26,7 +27,9 @@ def encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length:
     for record in records:
         tokens = tokenizer.encode(record["text"] + record.get("label", ""))
         if len(tokens) != length + 1:
-            raise CorruptDataset(f"record {record!r} encodes to {len(tokens)} tokens, expected {length + 1}")
+            raise CorruptDataset(
+                f"record {excerpt(record['text'])} encodes to {len(tokens)} tokens, expected {length + 1}"
+            )
         ids.append(tokens)
     ids = torch.tensor(ids, dtype=torch.long).reshape(len(records), length + 1)
     input_ids, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
@@ -91,7 +94,7 @@ class DiskDataModule(pl.LightningDataModule):
         raise NotImplementedError
 
     def prepare_data(self) -> None:
-        from harness.data.format import is_whole, write_dataset
+        from harness.data.format import is_whole
 
         if self.dataset_dir.exists():
             if is_whole(self.dataset_dir):
@@ -100,14 +103,43 @@ class DiskDataModule(pl.LightningDataModule):
                 raise CorruptDataset(f"{self.dataset_dir}: not a whole dataset; restore it from its source")
             log.warning("%s is truncated or corrupt: regenerating it", self.dataset_dir)
             shutil.rmtree(self.dataset_dir, ignore_errors=True)
+        self.generate()
+
+    def generate(self) -> None:
+        """build() written to dataset_dir; a data.root that cannot be written is a config error, named."""
+        from harness.data.format import write_dataset
+        from harness.errors import ConfigError
+
         splits, task, alphabet, source = self.build()
-        write_dataset(
-            self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source
-        )
+        try:
+            write_dataset(
+                self.dataset_dir, splits, task=task, alphabet=alphabet, length=self.length, source=source
+            )
+        except OSError as err:
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise ConfigError(
+                "data.root",
+                self.root,
+                f"cannot write the dataset there ({err.strerror}); give a writable folder, "
+                "e.g. data.root=data (or set HARNESS_DATA_DIR)",
+            ) from None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
             return
+        try:
+            self.load()
+        except CorruptDataset as err:  # a cache whose checksums match but whose content does not: made again
+            if not self.regenerate_if_corrupt:
+                raise
+            log.warning("%s is unreadable (%s): regenerating it", self.dataset_dir, err)
+            shutil.rmtree(self.dataset_dir, ignore_errors=True)
+            self.generate()
+            self.load()
+
+    def load(self) -> None:
+        """The tokenizer and both splits from dataset_dir, every record checked (harness.data.format)."""
         meta = read_meta(self.dataset_dir)
         self.tokenizer = CharTokenizer(meta["alphabet"])
         self.train_dataset, self.val_dataset = (

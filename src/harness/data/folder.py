@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.data.dataset import DiskDataModule
-from harness.data.format import CorruptDataset, is_whole, read_meta
+from harness.data.format import CorruptDataset, check_whole, read_meta
 from harness.errors import ConfigError
 
 
@@ -23,7 +23,9 @@ class FolderDataModule(DiskDataModule):
         try:
             meta = read_meta(self.dataset_dir)
         except CorruptDataset as err:
-            raise ConfigError("data.path", path, f"not a dataset folder ({err}); {fix}") from None
+            raise ConfigError(
+                "data.path", path, f"not a dataset folder ({short(err, self.dataset_dir)}); {fix}"
+            ) from None
         if meta["length"] != length:
             raise ConfigError(
                 "data.length",
@@ -33,10 +35,37 @@ class FolderDataModule(DiskDataModule):
             )
 
     def prepare_data(self) -> None:
-        if not is_whole(self.dataset_dir):
+        try:
+            check_whole(self.dataset_dir)
+        except CorruptDataset as err:
             raise ConfigError(
                 "data.path",
                 self.dataset_dir,
-                "the dataset is truncated or corrupt (checksum mismatch in "
-                "meta.json); restore it from its source",
+                f"the dataset is corrupt: {short(err, self.dataset_dir)}; restore it from its source",
+            ) from None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Every record checked against the format (harness.data.format.read_split): a fault is one line naming
+        the folder, the file and line, and what is wrong there."""
+        if self.train_dataset is not None:
+            return
+        try:
+            self.load()
+        except CorruptDataset as err:
+            raise ConfigError(
+                "data.path",
+                self.dataset_dir,
+                f"{short(err, self.dataset_dir)}; fix that line (or write the folder again with "
+                "harness.data.format.write_dataset)",
+            ) from None
+        if not len(self.train_dataset):
+            raise ConfigError(
+                "data.path",
+                self.dataset_dir,
+                "train.jsonl holds no examples; a dataset needs at least one training example",
             )
+
+
+def short(err: CorruptDataset, folder: Path) -> str:
+    """The fault with the folder's own path left out of it: the error names the folder once, as data.path."""
+    return str(err).replace(f"{folder}/", "").replace(str(folder), "the folder")

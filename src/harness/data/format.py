@@ -73,21 +73,108 @@ def write_dataset(
     return directory
 
 
+def excerpt(text: str, size: int = 40) -> str:
+    """At most `size` characters of `text`, quoted, with its length when cut: what an error may quote of a file."""
+    return repr(text) if len(text) <= size else f"{text[:size]!r}... ({len(text):,} characters)"
+
+
+def meta_shape(meta) -> str | None:
+    """What is wrong with the shape of a parsed meta.json (the module docstring's), or None."""
+    if not isinstance(meta, dict):
+        return f"holds a JSON {type(meta).__name__}, not an object"
+    if meta.get("format") != FORMAT_VERSION or meta.get("task") not in TASKS:
+        return f"format {excerpt(str(meta.get('format')))} / task {excerpt(str(meta.get('task')))} unknown"
+    alphabet, length, splits = meta.get("alphabet"), meta.get("length"), meta.get("splits")
+    if not isinstance(alphabet, str) or not alphabet or len(set(alphabet)) != len(alphabet):
+        return "alphabet must be a non-empty string of distinct characters"
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return f"length must be a whole number >= 1, not {excerpt(repr(length))}"
+    if not isinstance(splits, dict) or not {"train", "val"} <= set(splits):
+        return "splits must map train and val to {examples, sha256}"
+    for name, split in splits.items():
+        examples = split.get("examples") if isinstance(split, dict) else None
+        digest = split.get("sha256") if isinstance(split, dict) else None
+        if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+            return f"splits.{excerpt(str(name))}.examples must be a whole number >= 0"
+        if not isinstance(digest, str) or len(digest) != 64:
+            return f"splits.{excerpt(str(name))}.sha256 must be a 64-character hex digest"
+    return None
+
+
 def read_meta(directory: Path) -> dict:
+    """meta.json, its whole shape checked: a cache of the wrong shape is corrupt (and regenerated), a folder of
+    the wrong shape refused, rather than failing later on a missing key."""
     path = Path(directory) / "meta.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CorruptDataset(f"{path}: missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CorruptDataset(f"{path}: not valid JSON ({err})") from None
-    if meta.get("format") != FORMAT_VERSION or meta.get("task") not in TASKS:
-        raise CorruptDataset(f"{path}: format {meta.get('format')!r} / task {meta.get('task')!r} unknown")
+        raise CorruptDataset(f"{path}: not valid JSON ({excerpt(str(err), 80)})") from None
+    wrong = meta_shape(meta)
+    if wrong is not None:
+        raise CorruptDataset(f"{path}: {wrong}")
+    return meta
+
+
+def line_limit(length: int) -> int:
+    """The longest line a record of `length` characters can be: every character JSON-escaped (a surrogate pair,
+    12 bytes), the label and the keys besides. A longer line is refused before it is read whole."""
+    return 12 * (length + 2) + 1024
+
+
+def parse_record(raw: bytes, where: str, meta: dict) -> dict:
+    """One line of a split as a record, every rule of the format checked; CorruptDataset names `where` (the
+    file and line) and quotes at most an excerpt."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorruptDataset(
+            f"{where}: not UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start})"
+        ) from None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise CorruptDataset(
+            f"{where}: not JSON ({err.msg} at column {err.colno}): {excerpt(line)}"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise CorruptDataset(f'{where}: not a record with a "text" string: {excerpt(line)}')
+    text, label = record["text"], record.get("label")
+    if meta["task"] == "classify":
+        if not isinstance(label, str) or len(label) != 1:
+            raise CorruptDataset(
+                f'{where}: "label" must be one character (task classify), not {excerpt(repr(label))}'
+            )
+        wanted = meta["length"]
+    else:
+        wanted = meta["length"] + 1  # lm: the next-token targets are the text shifted by one
+    if len(text) != wanted:
+        raise CorruptDataset(f"{where}: text of {len(text):,} characters, the examples hold {wanted}")
+    unknown = next((c for c in text + (label or "") if c not in meta["alphabet"]), None)
+    if unknown is not None:
+        position = (text + (label or "")).index(unknown)
+        raise CorruptDataset(
+            f"{where}: character {unknown!r} at position {position} is outside meta.json's alphabet"
+        )
+    return record
+
+
+def check_whole(directory: Path) -> dict:
+    """meta.json, after checking its shape and every split's checksum; CorruptDataset says what is wrong."""
+    meta = read_meta(directory)
+    for split in meta["splits"]:
+        path = Path(directory) / f"{split}.jsonl"
+        if not path.exists():
+            raise CorruptDataset(f"{path}: missing")
+        if _sha256(path) != meta["splits"][split]["sha256"]:
+            raise CorruptDataset(f"{path}: checksum mismatch (truncated or edited after it was written)")
     return meta
 
 
 def read_split(directory: Path, split: str, meta: dict | None = None) -> list[dict]:
-    """The records of one split, after checking them against the checksum in meta.json."""
+    """The records of one split, after checking them against the checksum in meta.json, every line against
+    the format (JSON, UTF-8, the keys and their types, the length, the alphabet)."""
     directory = Path(directory)
     meta = meta or read_meta(directory)
     path = directory / f"{split}.jsonl"
@@ -98,19 +185,24 @@ def read_split(directory: Path, split: str, meta: dict | None = None) -> list[di
         raise CorruptDataset(f"{path}: missing")
     if _sha256(path) != expected["sha256"]:
         raise CorruptDataset(f"{path}: checksum mismatch (truncated or edited after it was written)")
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
+    limit, records = line_limit(meta["length"]), []
+    with open(path, "rb") as f:
+        while raw := f.readline(limit + 1):
+            where = f"{path} line {len(records) + 1}"
+            if len(raw) > limit:
+                raise CorruptDataset(
+                    f"{where}: longer than {limit:,} bytes, more than a record of length {meta['length']} can be"
+                )
+            records.append(parse_record(raw, where, meta))
     if len(records) != expected["examples"]:
         raise CorruptDataset(f"{path}: {len(records)} records, meta.json says {expected['examples']}")
     return records
 
 
 def is_whole(directory: Path) -> bool:
-    """True when `directory` holds a complete, uncorrupted dataset."""
+    """True when `directory` holds a complete, uncorrupted dataset (its meta.json's shape and checksums)."""
     try:
-        meta = read_meta(directory)
-        for split in meta["splits"]:
-            read_split(directory, split, meta)
+        check_whole(directory)
     except CorruptDataset:
         return False
     return True

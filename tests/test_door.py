@@ -1,0 +1,244 @@
+"""Every bad value is refused at the door: one line naming the key, exit 2, before any data or preflight work.
+A run directory that holds an earlier run, and a checkpoint of another mode, are refused the same way."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import check_overrides
+from harness.errors import ConfigError
+from tests.conftest import CONF, PROBES_OFF
+
+
+def refused(capsys, *overrides: str) -> str:
+    """The one line check_overrides prints for `overrides` as it exits 2."""
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(list(overrides), CONF)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+@pytest.fixture
+def no_wandb_key(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+
+
+BAD_VALUES = [
+    ("optim.lr=abc", "optim.lr=abc: optim.lr must be a number"),
+    ("optim.lr=-1", "optim.lr=-1: must be >= 0"),
+    ("trainer.devices=0", "trainer.devices=0:"),
+    ("trainer.devices=-2", "trainer.devices=-2:"),
+    (
+        "trainer.gradient_clip_val=abc",
+        "trainer.gradient_clip_val=abc: trainer.gradient_clip_val must be a number",
+    ),
+    ("logger.mode=bogus", "logger.mode=bogus: no such key"),
+    ("logger=wandb logger.wandb.mode=bogus", "logger.wandb.mode=bogus: choose one of offline, online"),
+    ("logger=wandb logger.wandb.mode=online", "logger.wandb.mode=online: no wandb API key"),
+    ("mode=full data.batch_size=-1", "data.batch_size=-1: must be >= 1"),
+    ("model.d_model=0", "model.d_model=0: must be >= 1"),
+    ("model=rnn model.layers=1.5", "model.layers=1.5: must be a whole number"),
+    ("probes=off +overwrite=yes", "overwrite=yes: must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "line"), BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
+def test_bad_value_is_one_line_naming_the_key_before_any_work(
+    overrides, line, capsys, tmp_path, no_wandb_key
+):
+    run_dir, data_root = tmp_path / "run", tmp_path / "data"
+    message = refused(capsys, *overrides.split(), f"hydra.run.dir={run_dir}", f"data.root={data_root}")
+    assert message.startswith(f"error: {line}"), message
+    assert not run_dir.exists() and not data_root.exists()  # no data made, no preflight run
+
+
+def test_a_wandb_server_out_of_reach_is_refused_at_once(capsys, monkeypatch, tmp_path):
+    """With a key but no network wandb waits 90 s and then raises; the door tries the server for a few seconds."""
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    started = time.perf_counter()
+    message = refused(capsys, "logger=wandb", "logger.wandb.mode=online", f"hydra.run.dir={tmp_path}/run")
+    assert "logger.wandb.mode=online: cannot reach 127.0.0.1:9" in message and "mode=offline" in message
+    assert time.perf_counter() - started < 60  # wandb's own wait is 90 s
+
+
+def test_a_wandb_key_in_netrc_counts(capsys, monkeypatch, tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1\n  login user\n  password " + "0" * 40 + "\n")
+    netrc.chmod(0o600)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    message = refused(capsys, "logger=wandb", "logger.wandb.mode=online", f"hydra.run.dir={tmp_path}/run")
+    assert "cannot reach" in message  # past the key: the netrc entry was found
+
+
+def test_good_values_of_other_kinds_pass(tmp_path):
+    for overrides in (
+        ["trainer.devices=[0]"],
+        ["trainer.devices=auto"],
+        ["optim.lr=1"],
+        ["trainer.gradient_clip_val=null"],
+    ):
+        check_overrides([*overrides, f"hydra.run.dir={tmp_path}/run"], CONF)
+
+
+def test_an_unquoted_non_ascii_value_is_told_how_to_quote(capsys):
+    message = refused(capsys, "data.alphabet=αβγ")
+    assert "data.alphabet=αβγ" in message and "\"data.alphabet='αβγ'\"" in message
+
+
+def test_devices_read_as_lightning_reads_them(make_config):
+    from harness.distributed import processes
+
+    assert processes(make_config("trainer.devices=3").trainer) == 3  # strategy auto: Lightning picks DDP
+    assert processes(make_config("trainer.devices=[0,1]").trainer) == 2
+    assert processes(make_config("trainer.devices=auto").trainer) == 1
+    assert processes(make_config("trainer=ddp").trainer) == 2
+    assert processes(make_config("trainer.devices=4", "+trainer.strategy=single_device").trainer) == 1
+
+
+def test_several_devices_under_strategy_auto_are_held_against_the_cores(capsys, monkeypatch):
+    """trainer.devices=8 with strategy auto started 8 DDP processes on a 2-core machine."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # the machine's size, not a part under test
+    message = refused(capsys, "trainer.devices=8")
+    assert message.startswith("error: trainer.devices=8: this machine has 2 CPU cores"), message
+    message = refused(capsys, "-m", "trainer.devices=2", "n=1,2")
+    assert "in a local sweep" in message  # a local sweep with DDP is refused, chosen by auto or not
+
+
+def test_a_read_only_data_root_is_refused_naming_it(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    message = refused(capsys, f"data.root={tmp_path}/file/data", f"hydra.run.dir={tmp_path}/run")
+    assert message.startswith(f"error: data.root={tmp_path}/file/data: cannot write there"), message
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs /sys, which no one may write")
+def test_an_existing_read_only_data_root_is_refused_when_the_dataset_must_be_made(make_config):
+    from harness.run import run
+
+    with pytest.raises(ConfigError, match=r"^data.root=/sys: cannot write the dataset there"):
+        run(make_config("data.root=/sys", "preflight=false", *PROBES_OFF))
+
+
+def test_bad_values_through_train_py_exit_2_in_one_line(run_train, tmp_path):
+    """The real command line: one line on stderr, exit 2, and Hydra never started (no run dir)."""
+    for override in ("optim.lr=abc", "trainer.devices=0", "model.d_model=0"):
+        result = run_train(override)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and override in lines[0], result.stderr[-2000:]
+        assert not (tmp_path / "run").exists()
+
+
+def test_the_trainer_argument_lightning_refuses_is_named(make_config):
+    """Past the door (a value only Lightning checks): the key is named, not `trainer.?`."""
+    from harness.run import build_trainer
+
+    cfg = make_config("trainer.gradient_clip_val=abc")
+    with pytest.raises(ConfigError, match=r"^trainer.gradient_clip_val=abc: Lightning refuses it"):
+        build_trainer(cfg, Path(cfg.hydra.runtime.output_dir), [], [])
+
+
+# -- run directories --------------------------------------------------------------------------------------------
+
+
+def write_verdict(run_dir: Path, status: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "verdict.json").write_text(json.dumps({"status": status, "mode": "full"}))
+
+
+def test_a_run_dir_holding_a_verdict_is_refused(capsys, tmp_path):
+    run_dir = tmp_path / "earlier"
+    write_verdict(run_dir, "DONE")
+    message = refused(capsys, f"hydra.run.dir={run_dir}")
+    assert message.startswith(f"error: hydra.run.dir={run_dir}: already holds a run (verdict DONE)"), message
+    assert "+overwrite=true" in message
+    check_overrides([f"hydra.run.dir={run_dir}", "+overwrite=true"], CONF)  # asked: allowed
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"")
+    check_overrides([f"hydra.run.dir={run_dir}", "mode=full", f"ckpt_path={ckpt}"], CONF)  # resumed inside it
+    write_verdict(run_dir, "INTERRUPTED")
+    check_overrides([f"hydra.run.dir={run_dir}", "mode=full"], CONF)  # a requeued job, back in its own dir
+
+
+def test_a_sweep_dir_holding_verdicts_is_refused(capsys, tmp_path):
+    write_verdict(tmp_path / "sweep" / "0", "PASS")
+    message = refused(capsys, "-m", "n=1,2", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert message.startswith(f"error: hydra.sweep.dir={tmp_path}/sweep: already holds a sweep"), message
+
+
+def test_a_job_refuses_an_earlier_runs_dir_and_keeps_its_verdict(make_config, tmp_path, capsys):
+    """The Hydra job itself (harness.cli.task, what every launcher calls) refuses too, and writes nothing there."""
+    from harness.cli import task
+
+    write_verdict(tmp_path / "run", "PASS")
+    with pytest.raises(SystemExit) as stop:
+        task(make_config("preflight=false", *PROBES_OFF))
+    assert stop.value.code == 2 and "already holds a run (verdict PASS)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_interrupted_run_dir_is_the_same_run_started_again(make_config, tmp_path, one_thread):
+    """A requeued job reruns in the dir whose verdict says INTERRUPTED: not refused, it runs to its verdict."""
+    from harness.cli import task
+
+    write_verdict(tmp_path / "run", "INTERRUPTED")
+    with pytest.raises(SystemExit) as stop:  # a single run exits with its verdict's code
+        task(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF))
+    assert stop.value.code == 1 and json.loads((tmp_path / "run" / "verdict.json").read_text())["steps"] == 2
+
+
+# -- checkpoints of another mode ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def overfit_then_full(tmp_path, make_config, one_thread):
+    """An overfit run under outputs/runs/, then the config of a full run beside it with ckpt_path=last."""
+    from harness.run import run
+
+    runs = tmp_path / "outputs" / "runs" / "day"
+    run(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF, run_dir=runs / "overfit"))
+    assert (runs / "overfit" / "checkpoints" / "last.ckpt").is_file()
+
+    def full(*extra: str):
+        args = ("mode=full", "mode.max_steps=3", "preflight=false", "ckpt_path=last", *PROBES_OFF, *extra)
+        return make_config(*args, run_dir=runs / "full")
+
+    return runs, full
+
+
+def test_a_checkpoint_of_another_mode_is_refused(overfit_then_full):
+    from harness.run import run
+
+    runs, full = overfit_then_full
+    with pytest.raises(ConfigError) as err:
+        run(full())
+    message = str(err.value)
+    assert message.startswith("ckpt_path=last: ") and "mode=overfit run" in message, message
+    assert str(runs / "overfit") in message and "+resume_any_mode=true" in message
+    assert not (runs / "full" / "metrics.csv").exists()  # refused before any work
+
+
+def test_resume_names_the_run_and_mode_it_resumes_from(overfit_then_full, caplog):
+    from harness.run import run
+
+    runs, full = overfit_then_full
+    with caplog.at_level("INFO", logger="harness.faults"):
+        verdict = run(full("+resume_any_mode=true"))
+    assert verdict["status"] == "DONE" and verdict["steps"] == 3
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resuming from")]
+    assert said == [
+        f"resuming from {runs / 'overfit' / 'checkpoints' / 'last.ckpt'}: the mode=overfit run in "
+        f"{runs / 'overfit'}"
+    ], said
