@@ -68,9 +68,14 @@ def own_overrides() -> list[str]:
     return [o for o, key in keys if key not in dropped and key.split(".")[0] != "doctor"]
 
 
+#: the groups whose overrides are the model's own: the substitute trains with its defaults instead
+MODEL_OWN = ("model", "optim", "schedule")
+
+
 def substitute_overrides(overrides: list[str], substitute: str) -> list[str]:
-    """`overrides` with the model's replaced by the substitute's choice (its own defaults)."""
-    kept = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] != "model"]
+    """`overrides` less the model's own (its architecture, optimizer and schedule: a learning rate suits one
+    model), with the substitute's choice: the same data, tokenizer, trainer and seed."""
+    kept = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] not in MODEL_OWN]
     return [*kept, f"model={substitute}"]
 
 
@@ -78,6 +83,14 @@ def entry_point() -> str:
     """The train.py beside the config directory this run was composed from."""
     main = next(s for s in HydraConfig.get().runtime.config_sources if s.provider == "main")
     return str(Path(main.path.removeprefix("file://")).parent / "train.py")
+
+
+def shown(command: list[str]) -> str:
+    """A command as one types it: `python train.py ...`, train.py relative to this folder where it lies below it."""
+    script = Path(command[1])
+    if script.is_relative_to(Path.cwd()):
+        script = script.relative_to(Path.cwd())
+    return " ".join(["python", str(script), *command[2:]])
 
 
 def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: float) -> Rung:
@@ -98,7 +111,7 @@ def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: f
     else:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         rung.verdict = {"status": "ERROR", "error": f"exit {done.returncode}: {last[:300]}"}
-    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, " ".join(command[1:]))
+    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, shown(command))
     return rung
 
 
@@ -121,9 +134,7 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
     report = {
         "diagnosis": diagnosis,
         "evidence": evidence,
-        "runs": [
-            {"who": r.label, "n": r.n, "status": r.status, "command": " ".join(r.command[1:])} for r in rungs
-        ],
+        "runs": [{"who": r.label, "n": r.n, "status": r.status, "command": shown(r.command)} for r in rungs],
     }
     (run_dir / "doctor.json").write_text(json.dumps(report, indent=2) + "\n")
     print_report(report)
