@@ -70,7 +70,7 @@ def test_memorizing_one_but_not_five_is_capacity_or_optimization_and_the_symptom
     assert diagnose(rungs, "rnn")[1][-1].startswith("capacity: no symptom at n=5")
 
 
-def test_the_substitute_gets_the_data_and_trainer_overrides_but_not_the_models():
+def test_the_substitute_gets_the_data_and_trainer_overrides_but_not_the_models_own():
     given = [
         "model=gpt",
         "model.size=small",
@@ -79,12 +79,9 @@ def test_the_substitute_gets_the_data_and_trainer_overrides_but_not_the_models()
         "data.length=16",
         "optim.lr=1e-3",
     ]
-    assert substitute_overrides(given, "lstm") == [
-        "data=text",
-        "data.length=16",
-        "optim.lr=1e-3",
-        "model=lstm",
-    ]
+    given += ["schedule=cosine", "trainer.gradient_clip_val=1.0", "seed=3"]
+    kept = ["data=text", "data.length=16", "trainer.gradient_clip_val=1.0", "seed=3", "model=lstm"]
+    assert substitute_overrides(given, "lstm") == kept
 
 
 @pytest.mark.slow  # ~40 s: four train.py runs inside the doctor's own
