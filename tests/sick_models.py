@@ -37,6 +37,14 @@ class NegativeBiasReLU(Stack):
         return self.head(x + self.net(x))
 
 
+class NegativeBiasSiLU(NegativeBiasReLU):
+    """The same with a SiLU: its outputs are tiny negatives, never exactly zero, and its units as dead."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, bias: float = -20.0, **_):
+        super().__init__(vocab_size, d_model, bias)  # SiLU(-20) = -4e-8: far below 1e-6, not 0
+        self.net[1] = nn.SiLU()
+
+
 class SaturatedTanh(Stack):
     """A tanh layer whose weights are `scale` times too large: its outputs sit at -1 and 1."""
 

@@ -28,9 +28,19 @@ def test_every_rung_passing_is_healthy():
 
 
 def test_the_substitute_failing_too_points_at_the_harness_or_the_data():
-    rungs = ladder("model", "FAIL", "FAIL", "FAIL") + ladder("rnn", "PASS", "FAIL", "FAIL")
+    rungs = ladder("model", "PASS", "FAIL", "FAIL") + ladder("rnn", "PASS", "FAIL", "FAIL")
     diagnosis, evidence = diagnose(rungs, "rnn")
-    assert diagnosis == "harness or data broken" and "substitute (rnn) fails too" in evidence[-1]
+    assert diagnosis == "harness or data broken" and "substitute (rnn) fails n=2 too" in evidence[-1]
+
+
+def test_the_substitute_failing_where_the_model_passes_is_no_fault_of_the_model():
+    diagnosis, evidence = diagnose(
+        ladder("model", *["PASS"] * 3) + ladder("rnn", "PASS", "PASS", "FAIL"), "rnn"
+    )
+    assert diagnosis == "healthy" and "fails where the model does not" in evidence[-1]
+    # the substitute memorizes n=1 where the model cannot: the model, not the pipeline
+    rungs = ladder("model", "FAIL", "FAIL", "FAIL") + ladder("rnn", "PASS", "FAIL", "FAIL")
+    assert diagnose(rungs, "rnn")[0] == "model broken"
 
 
 def test_only_the_model_failing_is_the_model_with_its_preflight_rows_and_symptoms():

@@ -74,6 +74,24 @@ def test_a_relu_with_a_large_negative_bias_has_dead_units_named_by_module(tmp_pa
     assert sorted(verdict["dead_params"]) == ["net.0.bias", "net.0.weight"]
 
 
+def test_a_silu_with_a_large_negative_bias_has_dead_units_though_no_output_is_exactly_zero(
+    tmp_path_factory, data_root
+):
+    run_dir, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "silu",
+        "model._target_=tests.sick_models.NegativeBiasSiLU",
+        "mode.max_steps=40",
+        "mode.target_loss=0",
+    )
+    [symptom] = found(verdict, "dead_units")
+    assert symptom["where"] == "net.1" and "units dead" in symptom["detail"], symptom
+    with open(run_dir / "metrics.csv") as f:
+        first = next(r for r in csv.DictReader(f) if r.get("act/net.1/dead_frac"))
+    assert float(first["act/net.1/zero_frac"]) == 0 and float(first["act/net.1/dead_frac"]) == 1.0, first
+
+
 def test_a_tanh_layer_with_weights_far_too_large_is_saturated(tmp_path_factory, data_root):
     _, verdict = _run(
         tmp_path_factory,
@@ -154,15 +172,20 @@ def test_the_tanh_rnn_at_length_200_reports_vanishing_gradients_by_reach(tmp_pat
     assert verdict["reach_final"] == 0
 
 
-def test_a_nonfinite_gradient_is_listed_as_a_symptom_too(tmp_path_factory, data_root):
-    _, verdict = _run(
+def test_a_nonfinite_gradient_is_listed_as_a_symptom_and_logged_too(tmp_path_factory, data_root, caplog):
+    run_dir, verdict = _run(
         tmp_path_factory, data_root, "nan", "model=rnn", "model._target_=tests.fork_models.ExplodingGRU"
     )
     assert verdict["status"] == "NONFINITE"
     [symptom] = found(verdict, "nonfinite")
-    assert (
-        symptom["where"] == verdict["nonfinite"]["where"] and symptom["step"] == verdict["nonfinite"]["step"]
+    assert (symptom["where"], symptom["step"]) == (
+        verdict["nonfinite"]["where"],
+        verdict["nonfinite"]["step"],
     )
+    with open(run_dir / "metrics.csv") as f:
+        logged = [r["step"] for r in csv.DictReader(f) if r.get("symptoms/nonfinite")]
+    assert logged == [str(symptom["step"])], logged
+    assert [r for r in caplog.records if r.getMessage().startswith("symptom nonfinite in ")]
 
 
 # silence where nothing is wrong (the slow tests cover every built-in model and data source)
@@ -220,7 +243,7 @@ def test_fail_turns_a_symptom_into_SYMPTOM_and_exit_5(run_train, tmp_path):
     assert result.returncode == 5, result.stderr[-2000:]
     verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
     assert verdict["status"] == "SYMPTOM" and verdict["judged"] == "PASS", verdict
-    assert "SYMPTOM: dead_params, dead_units" in result.stdout
+    assert f"SYMPTOM: {', '.join(sorted(names(verdict)))} (probes.symptoms.fail=true" in result.stdout
 
 
 def test_judge_leaves_failures_and_runs_without_symptoms_alone():
@@ -352,3 +375,74 @@ def test_activation_statistics_are_the_training_forwards_own():
     assert rows[0]["act/net/rms"] == pytest.approx(relu.square().mean().sqrt().item(), rel=1e-5)
     assert "act/net.0/zero_frac" not in rows[0] and "act/head/rms" in rows[0]
     assert not [m for m in model.modules() if m._forward_hooks], "hooks left behind"
+
+
+# zero false alarms: every built-in model and data source, overfit and mode=full; the vanishing preset
+
+
+def _quiet(tmp_path_factory, data_root, name: str, *overrides: str) -> dict:
+    run_dir = tmp_path_factory.mktemp(name)
+    verdict = run(compose_config(["probes.plots=false", *overrides], run_dir, data_root))
+    assert verdict["status"] in ("PASS", "DONE"), (overrides, verdict["status"], verdict.get("error"))
+    assert verdict["symptoms"] == [], (overrides, verdict["symptoms"])
+    return verdict
+
+
+@pytest.mark.slow  # ~90 s: 18 overfit runs
+@pytest.mark.parametrize("model", ["transformer", "rnn", "lstm", "gpt", "hf", "hf model.arch=gpt2"])
+def test_the_built_in_models_overfit_the_ladder_without_a_symptom(tmp_path_factory, data_root, model):
+    for n in (1, 2, 5):
+        _quiet(tmp_path_factory, data_root, "quiet", *model.split(), f"n={n}")
+
+
+@pytest.fixture(scope="module")
+def folder(data_root, tmp_path_factory) -> Path:
+    """A dataset folder in the harness's own format: a generated synthetic dataset, copied."""
+    import shutil
+
+    from harness.data import SyntheticDataModule
+
+    made = SyntheticDataModule(root=str(tmp_path_factory.mktemp("made")), length=32)
+    made.prepare_data()
+    source = next(p.parent for p in Path(made.root).rglob("meta.json"))
+    return Path(shutil.copytree(source, tmp_path_factory.mktemp("folder") / "data"))
+
+
+CORPUS = ["data=corpus", "data.max_files=40", "tokenizer.vocab_size=512", "model.size=tiny"]
+
+
+@pytest.mark.slow  # ~3 min: mode=full, 300 steps each
+@pytest.mark.parametrize(
+    "source",
+    [
+        "model=transformer",
+        "model=rnn",
+        "model=lstm",
+        "model=gpt",
+        "data=text",
+        "data=folder",
+        " ".join(CORPUS),
+    ],
+)
+def test_mode_full_on_every_data_source_shows_no_symptom(tmp_path_factory, data_root, folder, source):
+    extra = [f"data.path={folder}"] if source == "data=folder" else []
+    _quiet(tmp_path_factory, data_root, "full", "mode=full", "mode.max_steps=300", *source.split(), *extra)
+
+
+@pytest.mark.slow  # ~20 s: the other data sources' overfit
+@pytest.mark.parametrize("source", ["data=text", "data=folder", " ".join(CORPUS)])
+def test_overfit_on_every_data_source_shows_no_symptom(tmp_path_factory, data_root, folder, source):
+    extra = [f"data.path={folder}"] if source == "data=folder" else []
+    _quiet(tmp_path_factory, data_root, "overfit", *source.split(), *extra)
+
+
+@pytest.mark.slow  # ~2 min: three of the vanishing-gradients preset's longest jobs
+def test_the_vanishing_preset_shows_its_science_and_nothing_else(tmp_path_factory, data_root):
+    preset = ["mode=full", "mode.max_steps=300", "data.length=200", "data.rule=first_token"]
+    for model in ("transformer", "lstm"):
+        _quiet(tmp_path_factory, data_root, "preset", *preset, f"model={model}")
+    run_dir = tmp_path_factory.mktemp("preset_rnn")
+    verdict = run(compose_config(["probes.plots=false", *preset, "model=rnn"], run_dir, data_root))
+    assert [(s["name"], s["where"]) for s in verdict["symptoms"]] == [
+        ("vanishing_gradients", "input positions (grad_by_position)")
+    ], verdict["symptoms"]

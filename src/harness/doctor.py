@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from harness.report import verdict_of
 from harness.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ OPTIMIZATION = {
     "vanishing_gradients": "the gradients vanish before the first layers: residuals, normalization, a gated cell",
     "saturated_activations": "saturated tanh/sigmoid layers pass no gradient: scale their inputs down",
     "dead_units": "dead ReLU units pass no gradient: lower the learning rate, check biases",
+    "nonfinite": "a NaN or inf stopped the run: a lower learning rate, clipping, or debug=anomaly to find it",
+    "dead_params": "parameters get no gradient: see which, and why they are cut off from the loss",
 }
 
 
@@ -90,7 +94,7 @@ def shown(command: list[str]) -> str:
     script = Path(command[1])
     if script.is_relative_to(Path.cwd()):
         script = script.relative_to(Path.cwd())
-    return " ".join(["python", str(script), *command[2:]])
+    return shlex.join(["python", str(script), *command[2:]])
 
 
 def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: float) -> Rung:
@@ -102,17 +106,23 @@ def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: f
         done = subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
         )
+        verdict, unread = verdict_of(where)
+        rung.verdict = (
+            verdict.as_dict() if verdict.status else {"status": "ERROR", "error": why(done, unread)}
+        )
     except subprocess.TimeoutExpired:
-        rung.verdict = {"status": "ERROR", "error": f"no verdict within {timeout:.0f} s"}
-        return rung
-    verdict = where / "verdict.json"
-    if verdict.is_file():
-        rung.verdict = json.loads(verdict.read_text())
-    else:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        rung.verdict = {"status": "ERROR", "error": f"exit {done.returncode}: {last[:300]}"}
+        rung.verdict = {"status": "ERROR", "error": f"no verdict within doctor.timeout={timeout:.0f} s"}
     log.info("%-12s n=%d  %-14s %s", label, n, rung.status, shown(command))
     return rung
+
+
+def why(done: subprocess.CompletedProcess, unread: str | None) -> str:
+    """A run that left no verdict: its exit code and the line of its output that says why."""
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    said = next(
+        (line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else unread
+    )
+    return f"exit {done.returncode}: {(said or 'no output')[:300]}"
 
 
 def doctor(cfg: DictConfig, run_dir: Path) -> dict:
@@ -156,26 +166,31 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
 def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
     """(diagnosis, evidence lines) from the runs' verdicts; see the module's docstring."""
     model = [r for r in rungs if r.label == "model"]
-    other = [r for r in rungs if r.label == substitute]
+    other = {r.n: r for r in rungs if r.label == substitute}
     loops = next((r for r in rungs if r.label == "model_loops"), None)
     evidence = [f"{r.label} n={r.n}: {r.status}{ending(r)}" for r in rungs]
-    if all(r.passed for r in model + other):
+    failed = next((r for r in model if not r.passed), None)
+    if failed is None:
+        if not all(r.passed for r in other.values()):
+            evidence.append(
+                f"the substitute ({substitute}) fails where the model does not: its capacity, not yours"
+            )
         return "healthy", evidence
-    if other and not all(r.passed for r in other):
+    if failed.n in other and not other[failed.n].passed:
         evidence.append(
-            f"the substitute ({substitute}) fails too on the same data: suspect the data or the harness"
+            f"the substitute ({substitute}) fails n={failed.n} too on the same data: suspect the data or the harness"
         )
         return "harness or data broken", evidence
-    same = next((r for r in model if loops is not None and r.n == loops.n), None)
-    if loops is not None and loops.passed and same is not None and not same.passed:
+    if loops is not None and loops.n == failed.n and loops.passed:
         evidence.append(f"with the loop twins the model passes n={loops.n}: a vectorized op is wrong")
         return "vectorization broken", evidence
-    if not model[0].passed:
-        evidence.append(f"only the model fails, from n={model[0].n}, where the substitute passes")
-        return "model broken", evidence + warnings_of(model[0])
-    failed = next(r for r in model if not r.passed)
+    if failed is model[0]:
+        evidence.append(f"only the model fails, from n={failed.n}, where the substitute passes")
+        return "model broken", evidence + warnings_of(failed)
     names = sorted({s["name"] for s in failed.verdict.get("symptoms", [])})
     said = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
+    if failed.status == "ERROR":
+        said = [f"the run at n={failed.n} could not finish: {failed.verdict.get('error')}"]
     if not said:
         said = [f"capacity: no symptom at n={failed.n}; a larger model or more steps (mode.max_steps)"]
     evidence.append(f"the model memorizes n={model[0].n} but not n={failed.n}")
@@ -208,3 +223,6 @@ def print_report(report: dict) -> None:
     log.info("doctor: %s", report["diagnosis"].upper())
     for line in report["evidence"]:
         log.info("  %s", line)
+    log.info("the runs (each in its own folder of this run dir):")
+    for run in report["runs"]:
+        log.info("  %s", run["command"])

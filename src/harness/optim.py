@@ -15,12 +15,17 @@ import torch
 from torch import nn
 
 
+def embedding_weights(model: nn.Module) -> set[int]:
+    """The ids of the token (and position) embeddings' weights: tensors read row by row, not as matrices."""
+    return {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+
+
 def parameter_groups(model: nn.Module) -> list[dict]:
     """Two groups: the weights of matrices and convolutions, decayed as the optimizer's `weight_decay`
     says; and norms, biases and embeddings, never decayed (shrinking a norm's gain or an embedding row
     towards 0 is not regularization, the GPT-2/nanoGPT rule). A tensor tied to two modules counts once,
     as an embedding when it is one."""
-    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    embedded = embedding_weights(model)
     decay, keep = [], []
     for _, p in model.named_parameters():  # named_parameters yields a tied tensor once
         if not p.requires_grad:

@@ -36,7 +36,7 @@ COLUMNS = (
     "reach_init",
     "reach_final",
 )
-EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "seconds", "job", "error")
+EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "symptoms", "seconds", "job", "error")
 #: the metrics.csv columns of the loss curves (Lightning's CSVLogger, see HarnessModule)
 LOSS, VAL_LOSS = "train/loss", "val/loss"
 PLOTS = ("grad_by_position.png", "reach.png", "loss.png")
@@ -91,7 +91,7 @@ def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
     return points
 
 
-def _verdict(job_dir: Path) -> tuple[Verdict, str]:
+def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
     """The job's verdict.json and, when there is none to read, why (the row's error)."""
     path = job_dir / "verdict.json"
     if not path.is_file():
@@ -108,7 +108,7 @@ def _verdict(job_dir: Path) -> tuple[Verdict, str]:
 def read_job(job_dir: Path) -> Job:
     """Everything the summary knows about one job dir."""
     cfg, hydra = _yaml(job_dir / ".hydra" / "config.yaml"), _yaml(job_dir / ".hydra" / "hydra.yaml")
-    verdict, unread = _verdict(job_dir)
+    verdict, unread = verdict_of(job_dir)
     mode = _select(cfg, "mode.name") or verdict.mode
     n = (_select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
     row = {
@@ -128,6 +128,8 @@ def read_job(job_dir: Path) -> Job:
         "data": _select(hydra, "hydra.runtime.choices.data") or verdict.data,
         "seed": _select(cfg, "seed") if cfg is not None else verdict.seed,
         "val_loss": _number(verdict.val_loss),
+        # the names of what the run showed while it trained (verdict.json symptoms), one each
+        "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
         "seconds": _number(verdict.seconds),
         "job": job_dir.name,
         "error": verdict.error or unread,

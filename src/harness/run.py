@@ -301,9 +301,14 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
         )
     log.error("%s: stopped; the weights are those before that step", stopped)
     verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
-    detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
-    found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
-    verdict.items.setdefault("symptoms", []).append(found.as_dict())
+    symptoms = verdict.items.setdefault("symptoms", [])
+    if not any(
+        s["name"] == "nonfinite" for s in symptoms
+    ):  # the probes report it themselves, when there are any
+        detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+        found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+        log.warning("%s", found.line())
+        symptoms.append(found.as_dict())
     return f"{verdict.status} after {verdict.steps} steps"
 
 

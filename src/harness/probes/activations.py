@@ -5,6 +5,8 @@ On its logging steps only, forward hooks on every module whose output is a tenso
 mean, and by the module's kind:
 
     ReLU-like (ReLU, GELU, SiLU, ...)   act/<module>/zero_frac   the fraction of outputs exactly zero
+                                        act/<module>/dead_frac   the fraction of units (the last axis) at
+                                                                 |y| <= 1e-6 at every position of the batch
     tanh-like (Tanh, Hardtanh, ...)     act/<module>/saturated   the fraction with |y| > 0.97
     sigmoid-like (Sigmoid, ...)         act/<module>/saturated   the fraction with y < 0.03 or y > 0.97
 
@@ -13,7 +15,8 @@ x-transformers' ReLUSquared) count too; one applied through torch.nn.functional 
 in the output of the module around it. The hooks exist from the step's start to its backward: the training
 forward alone, once per micro-batch, not the probes' own forwards (hence this entry's place after theirs in
 conf/probes/default.yaml). Everything reaches the host in one transfer at the end of the step; on the other
-steps no hook is registered at all."""
+steps no hook is registered at all. The statistics take no float32 copy of an output (a bf16 logits tensor
+is the largest of a step): reductions accumulate in float32, comparisons make one boolean tensor."""
 
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ TANH_LIKE = r"^(hard)?tanh$|^softsign$|^tanhactivation$"
 SIGMOID_LIKE = r"^(hard)?sigmoid$|^sigmoidactivation$"
 #: an output this close to a limit is saturated: tanh's derivative there is below 0.06, sigmoid's below 0.03
 SATURATED = 0.97
+#: a ReLU-like unit this close to zero at every position passes (almost) no gradient: dead. Exact zeros for a
+#: ReLU; a GELU or SiLU far on its negative side gives tiny negatives, never exactly zero
+DEAD = 1e-6
 
 
 def kind_of(module: nn.Module) -> str | None:
@@ -49,23 +55,32 @@ def kind_of(module: nn.Module) -> str | None:
 
 
 def output_stats(output: torch.Tensor, kind: str | None) -> torch.Tensor:
-    """Float[3] on the device, no sync: RMS, mean, and the kind's fraction (zero or saturated; nan for none)."""
-    y = output.detach().float()
+    """Float[4] on the device, no sync: RMS, mean, and the kind's fractions (zero and dead units, or
+    saturated; nan where a kind has none)."""
+    y = output.detach()
+    count = y.numel()
+    rms = torch.linalg.vector_norm(y, dtype=torch.float32) / count**0.5
+    mean = y.mean(dtype=torch.float32)
+    none = torch.full((), float("nan"), device=y.device)
     if kind == "relu":
-        fraction = (y == 0).float().mean()
+        first = (y == 0).sum(dtype=torch.float32) / count
+        alive = (y.abs() > DEAD).flatten(0, -2).any(dim=0) if y.ndim > 1 else (y.abs() > DEAD)
+        second = 1 - alive.float().mean()
     elif kind == "tanh":
-        fraction = (y.abs() > SATURATED).float().mean()
+        first, second = (y.abs() > SATURATED).sum(dtype=torch.float32) / count, none
     elif kind == "sigmoid":
-        fraction = ((y < 1 - SATURATED) | (y > SATURATED)).float().mean()
+        first = ((y < 1 - SATURATED) | (y > SATURATED)).sum(dtype=torch.float32) / count
+        second = none
     else:
-        fraction = torch.full((), float("nan"), device=y.device)
-    return torch.stack([y.square().mean().sqrt(), y.mean(), fraction])
+        first = second = none
+    return torch.stack([rms, mean, first, second])
 
 
 class Activations(Probe):
-    """Every `every` steps: `act/<module>/rms`, `act/<module>/mean`, and `act/<module>/zero_frac` (ReLU-like) or
-    `act/<module>/saturated` (tanh- and sigmoid-like) of the training forward's outputs. A module called
-    several times in one forward (a shared activation, a cell applied at every position) gets the mean."""
+    """Every `every` steps: `act/<module>/rms`, `act/<module>/mean`, and `act/<module>/zero_frac` and
+    `dead_frac` (ReLU-like) or `act/<module>/saturated` (tanh- and sigmoid-like) of the training forward's
+    outputs. A module called several times in one forward (a shared activation, a cell applied at every
+    position) gets the mean; with gradient accumulation, the step's first micro-batch is read."""
 
     def __init__(
         self, every: int | None = 10, include: list[str] | None = None, exclude: list[str] | None = None
@@ -77,6 +92,7 @@ class Activations(Probe):
         self.handles: list = []
         self.outputs: dict[str, list[torch.Tensor]] = {}
         self.step: int | None = None
+        self.read_step: int | None = None  # the last step read: its other micro-batches are not
 
     def picks(self, name: str) -> bool:
         """Whether the module called `name` is watched: it matches an `include` pattern and no `exclude` one."""
@@ -92,8 +108,9 @@ class Activations(Probe):
         self.modules = [(n, m, kind_of(m)) for n, m in pl_module.model.named_modules() if self.picks(n)]
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.modules and trainer.is_global_zero and self.due(trainer.global_step):
-            self.step = trainer.global_step
+        step = trainer.global_step
+        if self.modules and trainer.is_global_zero and self.due(step) and step != self.read_step:
+            self.step = self.read_step = step
             self.handles = [m.register_forward_hook(self.hook(n, kind)) for n, m, kind in self.modules]
 
     def hook(self, name: str, kind: str | None):
@@ -116,15 +133,21 @@ class Activations(Probe):
         ).tolist()  # one transfer
         kinds = {n: kind for n, _, kind in self.modules}
         metrics = {}
-        for name, (rms, mean, fraction) in zip(names, stats, strict=True):
+        for name, (rms, mean, first, second) in zip(names, stats, strict=True):
             metrics[f"act/{name}/rms"], metrics[f"act/{name}/mean"] = rms, mean
-            if kinds[name] is not None:
-                metrics[f"act/{name}/{'zero_frac' if kinds[name] == 'relu' else 'saturated'}"] = fraction
+            if kinds[name] == "relu":
+                metrics[f"act/{name}/zero_frac"], metrics[f"act/{name}/dead_frac"] = first, second
+            elif kinds[name] is not None:
+                metrics[f"act/{name}/saturated"] = first
         self.sink.add(self.step, metrics)
         self.outputs, self.step = {}, None
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.remove()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.remove()  # a forward that raised leaves no hook behind
+        self.outputs, self.step = {}, None
 
     def remove(self) -> None:
         for handle in self.handles:

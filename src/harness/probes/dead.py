@@ -89,8 +89,7 @@ class DeadGradients(Probe):
             if dead and name not in self.dead_params:
                 self.dead_params.append(name)
                 detail = (
-                    f"dead gradient: zero, missing or below the threshold for {self.patience} steps in a row "
-                    "(unused in forward, frozen, or cut off from the loss)"
+                    f"dead gradient: zero, missing or below the threshold for {self.patience} steps in a row"
                 )
                 self.sink.report(Symptom("dead_params", step, name, 0.0, detail))
         return float(len(self.dead_params))

@@ -12,6 +12,7 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from harness.compat import tensorboard_file_writer
+from harness.faults import NonFinite
 from harness.symptoms import Symptom
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,19 @@ class MetricSink(pl.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.flush(trainer)
+        self.table(trainer)
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        """A run stopped by a non-finite value: that is a symptom too; what is queued still reaches the loggers
+        (Lightning finishes them after this hook)."""
+        if isinstance(exception, NonFinite):
+            detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+            self.report(Symptom("nonfinite", exception.step, exception.where, None, detail))
+        self.flush(trainer)
+        self.table(trainer)
+
+    def table(self, trainer: pl.Trainer) -> None:
+        """The symptoms as one table, for the trackers that show tables (TensorBoard, wandb)."""
         if self.symptoms and trainer.is_global_zero and has_tracker(trainer):
             columns = ["name", "step", "where", "value", "detail", "suggestion"]
             rows = [[s.as_dict()[c] for c in columns] for s in self.symptoms]

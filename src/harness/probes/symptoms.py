@@ -8,7 +8,8 @@ spot in the charts (harness.symptoms: the record, the names, the suggestions).
     exploding_gradients    the total gradient norm `explode_jump` times its running median, its recent
                            median `explode_growth` times its first, or above `explode_norm` `patience` steps
                            in a row; or the first block's gradient RMS 1/`layer_ratio` times the last's
-    dead_units             a ReLU-like module's outputs exactly zero for >= `dead_fraction` of them
+    dead_units             a ReLU-like module's outputs exactly zero for >= `dead_fraction` of them, or
+                           >= `dead_units` of its units dead (zero at every position of the batch)
     saturated_activations  a tanh/sigmoid-like module's outputs saturated for >= `saturated_fraction`
     loss_spike             the loss `spike_factor` times its running median (and `spike_min` x the initial loss
                            above it) on `spikes` steps within `window`
@@ -28,14 +29,17 @@ import math
 import statistics
 
 import torch
-from torch import nn
 
+from harness.optim import embedding_weights
 from harness.probes.base import Probe, whole
 from harness.probes.norms import parameter_names
 from harness.symptoms import Symptom
 
 #: the running medians the loss and gradient rules compare against: this many latest values
 RUNNING = 20
+#: a total gradient norm below this is no explosion, whatever it grew from (a zero-initialized branch, a norm
+#: near convergence): the gradient of a mean loss is of order 1 for activations of order 1
+EXPLODE_MIN = 10.0
 
 
 def blocks_of(names: list[str]) -> list[tuple[str, list[str]]]:
@@ -90,7 +94,8 @@ class Symptoms(Probe):
         spikes: int = 2,
         progress: float = 0.05,
         ratio_high: float = 1.0,
-        ratio_low: float = 1e-5,
+        ratio_low: float = 1e-6,
+        dead_units: float = 0.5,
     ):
         super().__init__(every)
         self.fail = fail
@@ -99,45 +104,58 @@ class Symptoms(Probe):
         self.spikes = whole("spikes", spikes, 1, "spike steps within the window (try 2)")
         self.layer_ratio, self.reach, self.progress = layer_ratio, reach, progress
         self.explode_jump, self.explode_growth, self.explode_norm = explode_jump, explode_growth, explode_norm
-        self.dead_fraction, self.saturated_fraction = dead_fraction, saturated_fraction
+        self.dead_fraction, self.dead_units, self.saturated_fraction = (
+            dead_fraction,
+            dead_units,
+            saturated_fraction,
+        )
         self.spike_factor, self.spike_min = spike_factor, spike_min
         self.ratio_high, self.ratio_low = ratio_high, ratio_low
+        self.blocks: list[tuple[str, list[str], list[int]]] = []
+        self.matrices: list[str] = []
+        self.base_lr = self.lr = None
+        self.listened = None  # the sink this probe reads
+        self.reset()
+
+    def reset(self) -> None:
+        """What one fit has seen: nothing yet."""
         self.pending_losses: list[torch.Tensor] = []  # on the device, since the last reading
-        self.losses: list[float] = []  # every step's, on the host
+        self.losses: list[float] = []  # every optimizer step's, on the host
         self.spike_steps: list[int] = []
         self.grad_totals: list[float] = []
         self.streaks = Streaks()
         self.first_ratio: float | None = None
-        self.blocks: list[tuple[str, list[str], list[int]]] = []
-        self.matrices: list[str] = []
-        self.base_lr = self.lr = None
-        self.listening = False
         self.ending = False
         self.reported: set[tuple[str, str]] = set()
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if not self.listening:
+        self.reset()
+        if self.listened is not self.sink:
             self.sink.listen(self.read)
-            self.listening = True
-        named = [(n, p) for n, p in parameter_names(pl_module) if p.requires_grad]
+            self.listened = self.sink
+        embedded = embedding_weights(
+            pl_module
+        )  # sparse, row by row: neither a block's nor a matrix's measure
+        named = [(n, p) for n, p in parameter_names(pl_module) if p.requires_grad and id(p) not in embedded]
         sizes = {n: p.numel() for n, p in named}
         self.blocks = [(b, ps, [sizes[p] for p in ps]) for b, ps in blocks_of([n for n, _ in named])]
-        embeddings = {id(m.weight) for m in pl_module.modules() if isinstance(m, nn.Embedding)}
-        self.matrices = [n for n, p in named if p.ndim >= 2 and id(p) not in embeddings]
+        self.matrices = [n for n, p in named if p.ndim >= 2]
         group = trainer.optimizers[0].param_groups[0] if trainer.optimizers else {}
         self.base_lr = group.get("initial_lr", group.get("lr"))
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        # once an optimizer step (not a micro-batch): the loss it follows, kept on the device
         loss = getattr(pl_module, "last_loss", None)
-        if loss is None and isinstance(outputs, dict):
-            loss = outputs.get("loss")
         if loss is not None and trainer.is_global_zero:
             self.pending_losses.append(loss.detach().float().reshape(()))
         self.lr = getattr(pl_module, "step_lr", None)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.ending = True  # the rows flushed from here on are the end of training's
-        self.read_losses(trainer.global_step)
+        self.read_losses(trainer.global_step - 1)  # the last step's loss, global_step having moved past it
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.read_losses(trainer.global_step)  # a step that raised (NonFinite) follows the losses read here
 
     def read(self, step: int, row: dict) -> None:
         """The sink's row of `step` (called at each flush): the checks whose numbers it holds."""
@@ -195,7 +213,7 @@ class Symptoms(Probe):
         if len(recent) < 10 or start is None or not math.isfinite(loss):
             return
         median = statistics.median(recent)
-        if loss > self.spike_factor * median and loss - median > self.spike_min * start:
+        if median > 0 and loss > self.spike_factor * median and loss - median > self.spike_min * start:
             self.spike_steps.append(step)
         self.spike_steps = [s for s in self.spike_steps if s > step - self.window]
         if len(self.spike_steps) >= self.spikes:
@@ -205,11 +223,17 @@ class Symptoms(Probe):
             )
             self.report("loss_spike", self.spike_steps[0], "train/loss", loss, detail, now=now)
 
+    def annealed(self) -> bool:
+        """Whether the schedule holds the learning rate below a tenth of its base now (warmup, decay, zero)."""
+        if self.lr is None or self.base_lr is None:
+            return True
+        return self.lr <= 0 or self.lr < 0.1 * self.base_lr
+
     def check_progress(self, step: int) -> None:
         start = self.initial_loss()
-        if len(self.losses) < self.window or not start or self.lr is None or self.base_lr is None:
+        if len(self.losses) < self.window or not start:
             return
-        if self.lr <= 0 or self.lr < 0.1 * self.base_lr:  # warming up or annealed: not the optimizer's fault
+        if self.annealed():  # warming up or annealed: not the optimizer's fault
             return
         now = [v for v in self.losses[-10:] if math.isfinite(v)]
         if not now:
@@ -227,7 +251,7 @@ class Symptoms(Probe):
         history = self.grad_totals
         if not math.isfinite(total):
             return
-        if len(history) >= 5:
+        if len(history) >= 5 and total >= EXPLODE_MIN:
             median = statistics.median(history[-RUNNING:])
             if median > 0 and total > self.explode_jump * median:
                 detail = (
@@ -243,7 +267,7 @@ class Symptoms(Probe):
         history.append(total)
         if len(history) >= 10:
             first, last = statistics.median(history[:5]), statistics.median(history[-5:])
-            if first > 0 and last > self.explode_growth * first:
+            if first > 0 and last > self.explode_growth * first and last >= EXPLODE_MIN:
                 detail = f"the total gradient norm grew {last / first:.0f}x, from {first:.4g} to {last:.4g}"
                 self.report("exploding_gradients", step, "grad_norm/total", last, detail)
 
@@ -290,6 +314,7 @@ class Symptoms(Probe):
         and how many others are."""
         start = self.initial_loss()
         unconverged = bool(start) and bool(self.losses) and self.losses[-1] > 0.5 * start
+        unconverged = unconverged and not self.annealed()  # warmup or decay: small steps on purpose
         past: dict[str, list[tuple[str, float]]] = {"high": [], "low": []}
         for name in self.matrices:
             ratio, grad = row.get(f"update_ratio/{name}"), row.get(f"grad_norm/{name}")
@@ -323,11 +348,21 @@ class Symptoms(Probe):
                 continue
             module, stat = key[4:].rsplit("/", 1)
             if stat == "zero_frac":
-                name, limit, what = "dead_units", self.dead_fraction, "exactly zero"
+                name, limit, what = "dead_units", self.dead_fraction, "of its outputs exactly zero"
+            elif stat == "dead_frac":
+                name, limit, what = (
+                    "dead_units",
+                    self.dead_units,
+                    "of its units dead (zero at every position)",
+                )
             elif stat == "saturated":
-                name, limit, what = "saturated_activations", self.saturated_fraction, "saturated"
+                name, limit, what = (
+                    "saturated_activations",
+                    self.saturated_fraction,
+                    "of its outputs saturated",
+                )
             else:
                 continue
             if self.streaks.update(f"{stat}:{module}", value >= limit) >= self.patience:
-                detail = f"{value:.1%} of its outputs {what} for {self.patience} readings in a row"
+                detail = f"{value:.1%} {what} for {self.patience} readings in a row"
                 self.report(name, step, module, value, detail, side=module)
