@@ -4,6 +4,7 @@ start-up), and whole sweeps of both local launchers, with no process left behind
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.errors import ConfigError
 from harness.signals import Interrupted, SignalGate, loky_workers
@@ -321,3 +323,29 @@ def test_signal_stops_a_parallel_sweep_and_its_workers(signum, to_group, tmp_pat
     assert not [pid for pid in workers if alive(pid)], "workers left behind"
     assert not group_alive(process.pid), "a process of the sweep is left behind"
     assert seconds < BOUND_S
+
+
+class Sleepy(torch.nn.Module):
+    """A model whose forward takes `seconds`: the preflight's unit of time, made long."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds, self.embedding = seconds, torch.nn.Embedding(8, 8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return self.embedding(input_ids)
+
+
+def test_a_long_preflight_is_announced_with_its_estimate(monkeypatch, caplog):
+    from harness.checks import preflight
+
+    batch = {"input_ids": torch.zeros(4, 16, dtype=torch.long)}
+    caplog.set_level(logging.WARNING, logger="harness.checks.preflight")
+    assert preflight.announce(Sleepy(0.0), batch) < preflight.ANNOUNCE_S and not caplog.records
+    monkeypatch.setattr(preflight, "ANNOUNCE_S", 0.2)
+    estimate = preflight.announce(Sleepy(0.05), batch)
+    assert estimate >= preflight.PASSES * 0.05
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"preflight: about {estimate:.0f} s ahead (6 passes over 4 examples of 16 tokens")
+    assert "preflight=false skips it" in line

@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 
 #: parameters below which the checks run on one thread
 SMALL = 5_000_000
+#: the preflight's time in forward-and-backward passes over its batch, about: 4 to 8 measured on the built-in
+#: models (4.7 for the transformer with its loop twins at length 64, a 1-minute preflight)
+PASSES = 6
+#: a preflight expected to take longer than this many seconds is announced first, with its estimate
+ANNOUNCE_S = 20.0
 
 
 class PreflightPlugin:
@@ -61,8 +66,11 @@ class PreflightPlugin:
 
     @pytest.fixture
     def batch(self):
-        # one batch for every check: the passes over it that several checks read are run once (SampleBatch).
-        # Overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1
+        return self.shared_batch()
+
+    def shared_batch(self):
+        """One batch for every check: the passes over it that several checks read are run once (SampleBatch).
+        Overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1."""
         if self._batch is None:
             self._batch = sample_batch(getattr(self._data, "base", self._data).train_dataset, size=4)
         return self._batch
@@ -135,6 +143,33 @@ def signals_end_the_session():
             signal.signal(signum, handler)
 
 
+def pass_seconds(model, batch: dict) -> float:
+    """Seconds one forward and backward pass over `batch` takes: the unit the preflight's time is counted in."""
+    started = time.perf_counter()
+    model(batch["input_ids"]).float().logsumexp(dim=-1).mean().backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - started
+
+
+def announce(model, batch: dict) -> float:
+    """The preflight's time, estimated from one pass over its batch, said up front when it is long (a very
+    long sequence, the loop twins): minutes without a word read as a hang. Returns the estimate."""
+    one = pass_seconds(model, batch)
+    seconds = PASSES * one
+    if seconds > ANNOUNCE_S:
+        examples, tokens = batch["input_ids"].shape
+        log.warning(
+            "preflight: about %.0f s ahead (%d passes over %d examples of %d tokens, %.1f s each); "
+            "preflight=false skips it, preflight=warn trains whatever it finds",
+            seconds,
+            PASSES,
+            examples,
+            tokens,
+            one,
+        )
+    return seconds
+
+
 def run_preflight(module, data, cfg) -> list[dict]:
     """Run every preflight test on `module.model` and `data`; print the table; return the results as dicts."""
     if cfg.preflight is False:
@@ -159,8 +194,10 @@ def run_preflight(module, data, cfg) -> list[dict]:
     ]
     try:
         # whatever the checks switch, the model ends as it began
-        with training_mode(model, model.training), signals_end_the_session() as caught:
-            code = pytest.main([*files, *arguments], plugins=[plugin])
+        with training_mode(model, model.training):
+            announce(model, plugin.shared_batch())
+            with signals_end_the_session() as caught:
+                code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:
         torch.set_num_threads(threads)
         set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran

@@ -12,7 +12,7 @@ spot in the charts (harness.symptoms: the record, the names, the suggestions).
                            >= `dead_units` of its units dead (zero at every position of the batch)
     saturated_activations  a tanh/sigmoid-like module's outputs saturated for >= `saturated_fraction`
     loss_spike             the loss `spike_factor` times its running median (and `spike_min` x the initial loss
-                           above it) on `spikes` steps within `window`
+                           above it) for `spike_stay` steps in a row, or `spikes` times within `window`
     no_progress            after `window` steps at a learning rate >= a tenth of its base, the loss within
                            `progress` of where it started
     update_ratio           a weight matrix's ‖Δw‖/‖w‖ above `ratio_high` or (the loss still above half its
@@ -92,6 +92,7 @@ class Symptoms(Probe):
         spike_factor: float = 2.0,
         spike_min: float = 0.1,
         spikes: int = 2,
+        spike_stay: int = 8,
         progress: float = 0.05,
         ratio_high: float = 1.0,
         ratio_low: float = 1e-6,
@@ -101,7 +102,8 @@ class Symptoms(Probe):
         self.fail = fail
         self.window = whole("window", window, 2, "steps the loss rules look back over (try 100)")
         self.patience = whole("patience", patience, 1, "readings in a row before a symptom (try 3)")
-        self.spikes = whole("spikes", spikes, 1, "spike steps within the window (try 2)")
+        self.spikes = whole("spikes", spikes, 1, "spikes within the window that make a symptom (try 2)")
+        self.spike_stay = whole("spike_stay", spike_stay, 1, "steps in a row a spike lasts to be one (try 8)")
         self.layer_ratio, self.reach, self.progress = layer_ratio, reach, progress
         self.explode_jump, self.explode_growth, self.explode_norm = explode_jump, explode_growth, explode_norm
         self.dead_fraction, self.dead_units, self.saturated_fraction = (
@@ -121,7 +123,7 @@ class Symptoms(Probe):
         """What one fit has seen: nothing yet."""
         self.pending_losses: list[torch.Tensor] = []  # on the device, since the last reading
         self.losses: list[float] = []  # every optimizer step's, on the host
-        self.spike_steps: list[int] = []
+        self.spike_events: list[list[int]] = []  # [first step, last step] of each run of spike steps
         self.grad_totals: list[float] = []
         self.streaks = Streaks()
         self.first_ratio: float | None = None
@@ -207,21 +209,35 @@ class Symptoms(Probe):
         return statistics.median(finite) if finite else None
 
     def check_spike(self, step: int, loss: float, now: int) -> None:
+        """A spike: the loss `spike_factor` times its running median and `spike_min` x the initial loss above it.
+        Consecutive spike steps are one event; the symptom is an event that stays (`spike_stay` steps) or one
+        that recurs (`spikes` events within `window` steps). One that recovers at once is LM training's usual
+        blip (a GPT warming up on synthetic data has one)."""
         recent = [v for v in self.losses[-RUNNING:] if math.isfinite(v)]
         self.losses.append(loss)
         start = self.initial_loss()
         if len(recent) < 10 or start is None or not math.isfinite(loss):
             return
         median = statistics.median(recent)
-        if median > 0 and loss > self.spike_factor * median and loss - median > self.spike_min * start:
-            self.spike_steps.append(step)
-        self.spike_steps = [s for s in self.spike_steps if s > step - self.window]
-        if len(self.spike_steps) >= self.spikes:
-            detail = (
-                f"the loss jumped to {loss:.4g}, {loss / median:.1f}x its running median {median:.4g}, on "
-                f"{len(self.spike_steps)} steps within {self.window} (first at step {self.spike_steps[0]})"
+        if not (median > 0 and loss > self.spike_factor * median and loss - median > self.spike_min * start):
+            return
+        events = self.spike_events
+        if events and events[-1][1] == step - 1:
+            events[-1][1] = step  # the same event goes on
+        else:
+            events.append([step, step])
+        self.spike_events = events = [e for e in events if e[1] > step - self.window]
+        stays = events[-1][1] - events[-1][0] + 1
+        if stays >= self.spike_stay or len(events) >= self.spikes:
+            how = (
+                f"for {stays} steps in a row"
+                if stays >= self.spike_stay
+                else f"{len(events)} times within {self.window} steps"
             )
-            self.report("loss_spike", self.spike_steps[0], "train/loss", loss, detail, now=now)
+            detail = (
+                f"the loss jumped to {loss:.4g}, {loss / median:.1f}x its running median {median:.4g}, {how}"
+            )
+            self.report("loss_spike", events[0][0], "train/loss", loss, detail, now=now)
 
     def annealed(self) -> bool:
         """Whether the schedule holds the learning rate below a tenth of its base now (warmup, decay, zero)."""
