@@ -64,3 +64,20 @@ class HugeInit(Stack):
         with torch.no_grad():
             for layer in self.net[::2]:
                 layer.weight.mul_(scale)
+
+
+class RecurringSpike(Stack):
+    """A stable model whose training forwards `at` (call numbers) emit logits 30 times too large, inverted: the loss spikes,
+    recovers, and spikes again (as a bad batch or an unstable layer makes it)."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, at: tuple = (40, 41, 70, 71), **_):
+        super().__init__(vocab_size, d_model, nn.Sequential(nn.Linear(d_model, d_model), nn.GELU()))
+        self.at, self.calls = set(at), 0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(input_ids)
+        if self.training and torch.is_grad_enabled():
+            self.calls += 1
+            if self.calls in self.at:
+                return -30 * logits
+        return logits

@@ -121,11 +121,28 @@ def test_an_init_far_too_large_explodes_the_gradients(tmp_path_factory, data_roo
     assert symptom["where"] == "grad_norm/total" and symptom["value"] > 1e3 and symptom["step"] == 2, symptom
 
 
-def test_a_learning_rate_far_too_high_spikes_the_loss_and_explodes(tmp_path_factory, data_root):
+def test_a_learning_rate_far_too_high_explodes_the_gradients(tmp_path_factory, data_root):
     _, verdict = _run(tmp_path_factory, data_root, "lr_high", "optim.lr=30", "mode.max_steps=40")
-    assert {"loss_spike", "exploding_gradients"} <= names(verdict), verdict["symptoms"]
+    [symptom] = found(verdict, "exploding_gradients")
+    assert symptom["where"] == "grad_norm/total" and symptom["value"] > 1000, symptom
+    assert verdict["status"] == "FAIL"
+
+
+def test_a_loss_that_spikes_and_spikes_again_is_a_loss_spike(tmp_path_factory, data_root):
+    _, verdict = _run(
+        tmp_path_factory,
+        data_root,
+        "spike",
+        "model._target_=tests.sick_models.RecurringSpike",
+        "mode.max_steps=100",
+        "mode.target_loss=0",
+        "optim.lr=3e-4",  # slow enough that 5 examples are still being learnt at the spikes
+        "n=5",
+    )
     [spike] = found(verdict, "loss_spike")
-    assert spike["where"] == "train/loss" and "running median" in spike["detail"], spike
+    assert spike["where"] == "train/loss" and "2 times within 100 steps" in spike["detail"], spike
+    # its 40th training-mode forward (the probes' own forwards count too) is the first spike
+    assert 30 <= spike["step"] <= 40 and spike["value"] > 10, spike
 
 
 def test_a_learning_rate_far_too_low_makes_no_progress_and_tiny_updates(tmp_path_factory, data_root):

@@ -12,7 +12,8 @@ spot in the charts (harness.symptoms: the record, the names, the suggestions).
                            >= `dead_units` of its units dead (zero at every position of the batch)
     saturated_activations  a tanh/sigmoid-like module's outputs saturated for >= `saturated_fraction`
     loss_spike             the loss `spike_factor` times its running median (and `spike_min` x the initial loss
-                           above it) for `spike_stay` steps in a row, or `spikes` times within `window`
+                           above it, and `spike_sigmas` robust deviations) for `spike_stay` steps in a row,
+                           or `spikes` times within `window`
     no_progress            after `window` steps at a learning rate >= a tenth of its base, the loss within
                            `progress` of where it started
     update_ratio           a weight matrix's ‖Δw‖/‖w‖ above `ratio_high` or (the loss still above half its
@@ -93,6 +94,7 @@ class Symptoms(Probe):
         spike_min: float = 0.1,
         spikes: int = 2,
         spike_stay: int = 8,
+        spike_sigmas: float = 6.0,
         progress: float = 0.05,
         ratio_high: float = 1.0,
         ratio_low: float = 1e-6,
@@ -111,7 +113,7 @@ class Symptoms(Probe):
             dead_units,
             saturated_fraction,
         )
-        self.spike_factor, self.spike_min = spike_factor, spike_min
+        self.spike_factor, self.spike_min, self.spike_sigmas = spike_factor, spike_min, spike_sigmas
         self.ratio_high, self.ratio_low = ratio_high, ratio_low
         self.blocks: list[tuple[str, list[str], list[int]]] = []
         self.matrices: list[str] = []
@@ -209,7 +211,8 @@ class Symptoms(Probe):
         return statistics.median(finite) if finite else None
 
     def check_spike(self, step: int, loss: float, now: int) -> None:
-        """A spike: the loss `spike_factor` times its running median and `spike_min` x the initial loss above it.
+        """A spike: the loss `spike_factor` times its running median, above it by `spike_min` x the initial loss
+        and by `spike_sigmas` robust standard deviations of the running window (batch-to-batch noise is no spike).
         Consecutive spike steps are one event; the symptom is an event that stays (`spike_stay` steps) or one
         that recurs (`spikes` events within `window` steps). One that recovers at once is LM training's usual
         blip (a GPT warming up on synthetic data has one)."""
@@ -219,7 +222,13 @@ class Symptoms(Probe):
         if len(recent) < 10 or start is None or not math.isfinite(loss):
             return
         median = statistics.median(recent)
-        if not (median > 0 and loss > self.spike_factor * median and loss - median > self.spike_min * start):
+        spread = 1.4826 * statistics.median(abs(v - median) for v in recent)  # a robust standard deviation
+        above = loss - median
+        if not (
+            median > 0
+            and loss > self.spike_factor * median
+            and above > max(self.spike_min * start, self.spike_sigmas * spread)
+        ):
             return
         events = self.spike_events
         if events and events[-1][1] == step - 1:
