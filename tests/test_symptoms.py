@@ -433,7 +433,7 @@ def folder(data_root, tmp_path_factory) -> Path:
 CORPUS = ["data=corpus", "data.max_files=40", "tokenizer.vocab_size=512", "model.size=tiny"]
 
 
-@pytest.mark.slow  # ~3 min: mode=full, 300 steps each
+@pytest.mark.slow  # ~12 min: mode=full as it is, 2000 steps each
 @pytest.mark.parametrize(
     "source",
     [
@@ -448,7 +448,7 @@ CORPUS = ["data=corpus", "data.max_files=40", "tokenizer.vocab_size=512", "model
 )
 def test_mode_full_on_every_data_source_shows_no_symptom(tmp_path_factory, data_root, folder, source):
     extra = [f"data.path={folder}"] if source == "data=folder" else []
-    _quiet(tmp_path_factory, data_root, "full", "mode=full", "mode.max_steps=300", *source.split(), *extra)
+    _quiet(tmp_path_factory, data_root, "full", "mode=full", *source.split(), *extra)
 
 
 @pytest.mark.slow  # ~20 s: the other data sources' overfit
