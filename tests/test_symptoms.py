@@ -66,7 +66,7 @@ def test_a_relu_with_a_large_negative_bias_has_dead_units_named_by_module(tmp_pa
         data_root,
         "relu",
         "model._target_=tests.sick_models.NegativeBiasReLU",
-        "mode.max_steps=40",
+        "mode.max_steps=60",
         "mode.target_loss=0",
     )
     [symptom] = found(verdict, "dead_units")
@@ -84,7 +84,7 @@ def test_a_silu_with_a_large_negative_bias_has_dead_units_though_no_output_is_ex
         data_root,
         "silu",
         "model._target_=tests.sick_models.NegativeBiasSiLU",
-        "mode.max_steps=40",
+        "mode.max_steps=60",
         "mode.target_loss=0",
     )
     [symptom] = found(verdict, "dead_units")
@@ -101,7 +101,7 @@ def test_a_tanh_layer_with_weights_far_too_large_is_saturated(tmp_path_factory, 
         "tanh",
         "model._target_=tests.sick_models.SaturatedTanh",
         "+model.scale=100",
-        "mode.max_steps=40",
+        "mode.max_steps=60",
         "mode.target_loss=0",
     )
     [symptom] = found(verdict, "saturated_activations")
@@ -229,14 +229,14 @@ def test_symptoms_reach_every_logger_and_the_console(tmp_path_factory, data_root
         data_root,
         "loggers",
         "model._target_=tests.sick_models.NegativeBiasReLU",
-        "mode.max_steps=30",
+        "mode.max_steps=60",
         "mode.target_loss=0",
         "logger=[csv,tensorboard]",
     )
     assert "dead_units" in names(verdict)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["step"] for r in rows if r.get("symptoms/dead_units")] == ["20"], (
+    assert [r["step"] for r in rows if r.get("symptoms/dead_units")] == ["40"], (
         "dead_units logged at its step"
     )
     events = EventAccumulator(str(next((run_dir / "tensorboard").rglob("events.out.*")).parent))

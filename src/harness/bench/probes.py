@@ -281,7 +281,8 @@ def measure(model_name: str, reps: int) -> dict:
             result["hooks_ms_per_step"] = round(hooks_ms, 3)
             result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 4)
             results[variant] = result
-        results["symptoms"] = compare(bench, "probes", "without_symptoms", reps, INNER)
+        # a 2% target on a figure the machine moves by more: three times the repetitions
+        results["symptoms"] = compare(bench, "probes", "without_symptoms", 3 * reps, INNER)
     finally:
         bench.close()
     bench = watch_bench(model_name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import re
 
 import torch
@@ -54,26 +55,37 @@ def kind_of(module: nn.Module) -> str | None:
     return None
 
 
-def output_stats(output: torch.Tensor, kind: str | None) -> torch.Tensor:
-    """Float[4] on the device, no sync: RMS, mean, and the kind's fractions (zero and dead units, or
-    saturated; nan where a kind has none)."""
+def output_stats(output: torch.Tensor, kind: str | None) -> list[torch.Tensor]:
+    """0-dim tensors on the device, no sync: the output's norm and sum (float32 accumulators, no float32 copy),
+    then by kind: ReLU-like, how many outputs are exactly zero and how many units (the last axis) are alive
+    somewhere in the batch; tanh- and sigmoid-like, how many are saturated. Two kernels for most modules."""
     y = output.detach()
-    count = y.numel()
-    rms = torch.linalg.vector_norm(y, dtype=torch.float32) / count**0.5
-    mean = y.mean(dtype=torch.float32)
-    none = torch.full((), float("nan"), device=y.device)
+    stats = [torch.linalg.vector_norm(y, dtype=torch.float32), y.sum(dtype=torch.float32)]
     if kind == "relu":
-        first = (y == 0).sum(dtype=torch.float32) / count
-        alive = (y.abs() > DEAD).flatten(0, -2).any(dim=0) if y.ndim > 1 else (y.abs() > DEAD)
-        second = 1 - alive.float().mean()
+        alive = y.abs() > DEAD
+        alive = alive.flatten(0, -2).any(dim=0) if y.ndim > 1 else alive
+        stats += [(y == 0).sum(dtype=torch.float32), alive.sum(dtype=torch.float32)]
     elif kind == "tanh":
-        first, second = (y.abs() > SATURATED).sum(dtype=torch.float32) / count, none
+        stats.append((y.abs() > SATURATED).sum(dtype=torch.float32))
     elif kind == "sigmoid":
-        first = ((y < 1 - SATURATED) | (y > SATURATED)).sum(dtype=torch.float32) / count
-        second = none
-    else:
-        first = second = none
-    return torch.stack([rms, mean, first, second])
+        stats.append(((y < 1 - SATURATED) | (y > SATURATED)).sum(dtype=torch.float32))
+    return stats
+
+
+def summarize(name: str, kind: str | None, calls: list[tuple[int, int, list[float]]]) -> dict[str, float]:
+    """One module's metrics from its calls' (outputs, units, stats), over all of them: RMS and mean, and the
+    fractions of its kind (dead units: the mean over the calls)."""
+    count = sum(numel for numel, _, _ in calls)
+    metrics = {
+        f"act/{name}/rms": math.sqrt(sum(v[0] ** 2 for _, _, v in calls) / count),
+        f"act/{name}/mean": sum(v[1] for _, _, v in calls) / count,
+    }
+    if kind == "relu":
+        metrics[f"act/{name}/zero_frac"] = sum(v[2] for _, _, v in calls) / count
+        metrics[f"act/{name}/dead_frac"] = sum(1 - v[3] / units for _, units, v in calls) / len(calls)
+    elif kind is not None:
+        metrics[f"act/{name}/saturated"] = sum(v[2] for _, _, v in calls) / count
+    return metrics
 
 
 class Activations(Probe):
@@ -83,14 +95,14 @@ class Activations(Probe):
     position) gets the mean; with gradient accumulation, the step's first micro-batch is read."""
 
     def __init__(
-        self, every: int | None = 10, include: list[str] | None = None, exclude: list[str] | None = None
+        self, every: int | None = 20, include: list[str] | None = None, exclude: list[str] | None = None
     ):
         super().__init__(every)
         self.include = list(include) if include is not None else ["*"]
         self.exclude = list(exclude or [])
         self.modules: list[tuple[str, nn.Module, str | None]] = []
         self.handles: list = []
-        self.outputs: dict[str, list[torch.Tensor]] = {}
+        self.calls: list[tuple[str, int, int, list[torch.Tensor]]] = []  # name, outputs, units, stats
         self.step: int | None = None
         self.read_step: int | None = None  # the last step read: its other micro-batches are not
 
@@ -116,7 +128,8 @@ class Activations(Probe):
     def hook(self, name: str, kind: str | None):
         def record(module, inputs, output) -> None:
             if isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel():
-                self.outputs.setdefault(name, []).append(output_stats(output, kind))
+                units = output.shape[-1] if output.ndim else 1
+                self.calls.append((name, output.numel(), units, output_stats(output, kind)))
 
         return record
 
@@ -125,29 +138,25 @@ class Activations(Probe):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.remove()
-        if self.step is None or not self.outputs:
+        if self.step is None or not self.calls:
             return
-        names = list(self.outputs)
-        stats = torch.stack(
-            [torch.stack(self.outputs[n]).mean(dim=0) for n in names]
-        ).tolist()  # one transfer
+        values = iter(torch.stack([t for *_, stats in self.calls for t in stats]).tolist())  # one transfer
+        by_module: dict[str, list] = {}
+        for name, numel, units, stats in self.calls:
+            by_module.setdefault(name, []).append((numel, units, [next(values) for _ in stats]))
         kinds = {n: kind for n, _, kind in self.modules}
         metrics = {}
-        for name, (rms, mean, first, second) in zip(names, stats, strict=True):
-            metrics[f"act/{name}/rms"], metrics[f"act/{name}/mean"] = rms, mean
-            if kinds[name] == "relu":
-                metrics[f"act/{name}/zero_frac"], metrics[f"act/{name}/dead_frac"] = first, second
-            elif kinds[name] is not None:
-                metrics[f"act/{name}/saturated"] = first
+        for name, calls in by_module.items():
+            metrics.update(summarize(name, kinds[name], calls))
         self.sink.add(self.step, metrics)
-        self.outputs, self.step = {}, None
+        self.calls, self.step = [], None
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.remove()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self.remove()  # a forward that raised leaves no hook behind
-        self.outputs, self.step = {}, None
+        self.calls, self.step = [], None
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -36,6 +36,12 @@ from harness.probes.base import Probe, whole
 from harness.probes.norms import parameter_names
 from harness.symptoms import Symptom
 
+#: an activations statistic -> the symptom it shows, the threshold's argument, what it counts
+ACTIVATION_LIMITS = {
+    "zero_frac": ("dead_units", "dead_fraction", "of its outputs exactly zero"),
+    "dead_frac": ("dead_units", "dead_units", "of its units dead (zero at every position)"),
+    "saturated": ("saturated_activations", "saturated_fraction", "of its outputs saturated"),
+}
 #: the running medians the loss and gradient rules compare against: this many latest values
 RUNNING = 20
 #: a total gradient norm below this is no explosion, whatever it grew from (a zero-initialized branch, a norm
@@ -117,6 +123,7 @@ class Symptoms(Probe):
         self.ratio_high, self.ratio_low = ratio_high, ratio_low
         self.blocks: list[tuple[str, list[str], list[int]]] = []
         self.matrices: list[str] = []
+        self.ratio_key = self.block_key = None
         self.base_lr = self.lr = None
         self.listened = None  # the sink this probe reads
         self.reset()
@@ -124,13 +131,15 @@ class Symptoms(Probe):
     def reset(self) -> None:
         """What one fit has seen: nothing yet."""
         self.pending_losses: list[torch.Tensor] = []  # on the device, since the last reading
-        self.losses: list[float] = []  # every optimizer step's, on the host
+        self.losses: list[float] = []  # the first 5 optimizer steps' and the latest, on the host
+        self.steps_read = 0
         self.spike_events: list[list[int]] = []  # [first step, last step] of each run of spike steps
         self.grad_totals: list[float] = []
         self.streaks = Streaks()
         self.first_ratio: float | None = None
         self.ending = False
         self.reported: set[tuple[str, str]] = set()
+        self.activation_keys: list[tuple[str, str, str]] | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.reset()
@@ -144,14 +153,17 @@ class Symptoms(Probe):
         sizes = {n: p.numel() for n, p in named}
         self.blocks = [(b, ps, [sizes[p] for p in ps]) for b, ps in blocks_of([n for n, _ in named])]
         self.matrices = [n for n, p in named if p.ndim >= 2]
+        # the keys that say a row holds what a check reads (looked up every step: built once)
+        self.ratio_key = f"update_ratio/{self.matrices[0]}" if self.matrices else None
+        self.block_key = f"grad_norm/{self.blocks[0][1][0]}" if self.blocks else None
         group = trainer.optimizers[0].param_groups[0] if trainer.optimizers else {}
         self.base_lr = group.get("initial_lr", group.get("lr"))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         # once an optimizer step (not a micro-batch): the loss it follows, kept on the device
-        loss = getattr(pl_module, "last_loss", None)
+        loss = getattr(pl_module, "last_loss", None)  # detached already (HarnessModule)
         if loss is not None and trainer.is_global_zero:
-            self.pending_losses.append(loss.detach().float().reshape(()))
+            self.pending_losses.append(loss)
         self.lr = getattr(pl_module, "step_lr", None)
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -168,12 +180,13 @@ class Symptoms(Probe):
             self.check_exploding(step, total)
         if "grad_by_position/reach" in row:
             self.check_reach(step, row["grad_by_position/reach"])
-        if self.matrices and f"update_ratio/{self.matrices[0]}" in row:
+        if self.ratio_key in row:
             self.check_update_ratios(step, row)
         if not self.due(step):
             return
         self.read_losses(step)
-        if self.blocks and f"grad_norm/{self.blocks[0][1][0]}" in row:
+        self.check_growth(step)
+        if self.block_key in row:
             self.check_blocks(step, row)
         self.check_activations(step, row)
 
@@ -200,7 +213,7 @@ class Symptoms(Probe):
     def read_losses(self, step: int) -> None:
         if not self.pending_losses:
             return
-        values = torch.stack(self.pending_losses).tolist()
+        values = torch.stack([v.float().reshape(()) for v in self.pending_losses]).tolist()
         self.pending_losses = []
         for i, value in enumerate(values):
             self.check_spike(step - len(values) + 1 + i, value, now=step)
@@ -218,17 +231,17 @@ class Symptoms(Probe):
         blip (a GPT warming up on synthetic data has one)."""
         recent = [v for v in self.losses[-RUNNING:] if math.isfinite(v)]
         self.losses.append(loss)
+        self.steps_read += 1
+        if len(self.losses) > 5 + self.window + RUNNING:  # the first 5 and the latest: all the rules read
+            del self.losses[5 : 5 + self.window]
         start = self.initial_loss()
         if len(recent) < 10 or start is None or not math.isfinite(loss):
             return
         median = statistics.median(recent)
+        if not (median > 0 and loss > self.spike_factor * median and loss - median > self.spike_min * start):
+            return
         spread = 1.4826 * statistics.median(abs(v - median) for v in recent)  # a robust standard deviation
-        above = loss - median
-        if not (
-            median > 0
-            and loss > self.spike_factor * median
-            and above > max(self.spike_min * start, self.spike_sigmas * spread)
-        ):
+        if loss - median <= self.spike_sigmas * spread:
             return
         events = self.spike_events
         if events and events[-1][1] == step - 1:
@@ -256,7 +269,7 @@ class Symptoms(Probe):
 
     def check_progress(self, step: int) -> None:
         start = self.initial_loss()
-        if len(self.losses) < self.window or not start:
+        if self.steps_read < self.window or not start:
             return
         if self.annealed():  # warming up or annealed: not the optimizer's fault
             return
@@ -266,7 +279,7 @@ class Symptoms(Probe):
         moved = (start - statistics.median(now)) / start
         if abs(moved) < self.progress:
             detail = (
-                f"after {len(self.losses)} steps the loss is {statistics.median(now):.4g}, {abs(moved):.1%} from "
+                f"after {self.steps_read} steps the loss is {statistics.median(now):.4g}, {abs(moved):.1%} from "
                 f"where it started ({start:.4g}), at learning rate {self.lr:.3g}"
             )
             self.report("no_progress", step, "train/loss", moved, detail)
@@ -290,6 +303,12 @@ class Symptoms(Probe):
             )
             self.report("exploding_gradients", step, "grad_norm/total", total, detail)
         history.append(total)
+        if len(history) > 5 + 2 * RUNNING:  # the first 5 and the latest: all the rules read
+            del history[5 : 5 + RUNNING]
+
+    def check_growth(self, step: int) -> None:
+        """The total gradient norm's median of the latest 5 against its first 5's, at each reading."""
+        history = self.grad_totals
         if len(history) >= 10:
             first, last = statistics.median(history[:5]), statistics.median(history[-5:])
             if first > 0 and last > self.explode_growth * first and last >= EXPLODE_MIN:
@@ -368,26 +387,17 @@ class Symptoms(Probe):
 
     # activations
     def check_activations(self, step: int, row: dict) -> None:
-        for key, value in list(row.items()):  # a report adds to the row
-            if not key.startswith("act/") or not math.isfinite(value):
+        """Each watched module's zero, dead-unit and saturated fractions against their limits."""
+        if self.activation_keys is None and any(k.startswith("act/") for k in row):
+            # the activations probe logs the same keys at every reading: found once
+            self.activation_keys = [(k, *k[4:].rsplit("/", 1)) for k in row if k.startswith("act/")]
+            self.activation_keys = [entry for entry in self.activation_keys if entry[2] in ACTIVATION_LIMITS]
+        for key, module, stat in self.activation_keys or []:
+            value = row.get(key)
+            if value is None or not math.isfinite(value):
                 continue
-            module, stat = key[4:].rsplit("/", 1)
-            if stat == "zero_frac":
-                name, limit, what = "dead_units", self.dead_fraction, "of its outputs exactly zero"
-            elif stat == "dead_frac":
-                name, limit, what = (
-                    "dead_units",
-                    self.dead_units,
-                    "of its units dead (zero at every position)",
-                )
-            elif stat == "saturated":
-                name, limit, what = (
-                    "saturated_activations",
-                    self.saturated_fraction,
-                    "of its outputs saturated",
-                )
-            else:
-                continue
+            name, limit, what = ACTIVATION_LIMITS[stat]
+            limit = getattr(self, limit)
             if self.streaks.update(f"{stat}:{module}", value >= limit) >= self.patience:
                 detail = f"{value:.1%} {what} for {self.patience} readings in a row"
                 self.report(name, step, module, value, detail, side=module)
