@@ -8,7 +8,8 @@ where it logs nothing. See docs/contracts.md, Probe; a fork's own: docs/extendin
     base.py         Probe (the base class: every, due, sink, run) and RunInfo (what a probe knows of the run)
     probeset.py     all Probes as the one callback the builder returns (Lightning's per-callback cost, once)
     build.py        from_config: the `probes` node -> that callback (+ any plain callbacks), one generic loop
-    emit.py         the metric sink (a step's scalars, one row) and the trackers' histograms, images, tables
+    emit.py         the metric sink (a step's scalars, one row; the symptoms reported) and the trackers' histograms,
+                    images, tables
     norms.py        grad_norm/, weight_norm/, update_ratio/ per parameter (ParameterNorms)
     dead.py         the dead-gradient sentinel (DeadGradients: verdict.json dead_params)
     histograms.py   grad_hist/, weight_hist/ (TensorBoard, wandb); grad_stats/, weight_stats/ (every logger)
@@ -17,6 +18,8 @@ where it logs nothing. See docs/contracts.md, Probe; a fork's own: docs/extendin
     embeddings.py   PCA of the token embeddings: image, embeddings.png
     by_position.py  input gradient by position: grad_by_position.png, verdict.json (position.py measures it)
     reseed.py       hashes proving every overfit step saw the same inputs: verdict.json inputs_identical
+    activations.py  every module's output: act/<module>/rms, mean, zero_frac, dead_frac, saturated (Activations)
+    symptoms.py     the detectors reading all of the above: verdict.json symptoms, console, every logger
     watch.py        wandb.watch, on request
     figures.py      the run's figures (matplotlib, imported only when one is drawn)
 
