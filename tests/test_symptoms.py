@@ -337,7 +337,7 @@ def test_activation_kinds_are_read_from_class_names_third_party_included():
 # the activations probe
 
 
-def test_activations_are_logged_on_their_steps_only_and_leave_no_hook(tmp_path_factory, data_root):
+def test_activations_are_logged_on_their_steps_only_for_the_modules_picked(tmp_path_factory, data_root):
     run_dir, verdict = _run(
         tmp_path_factory,
         data_root,
