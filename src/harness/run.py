@@ -33,8 +33,8 @@ from harness.loggers import build_loggers, finish_loggers
 from harness.modes import mode_for
 from harness.module import HarnessModule
 from harness.seeding import seed_all
-from harness.symptoms import Symptom
 from harness.symptoms import judge as judge_symptoms
+from harness.symptoms import nonfinite
 from harness.tree import show_config
 from harness.verdict import Verdict
 
@@ -177,9 +177,8 @@ def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdic
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
     interrupt.phase = "data generation and the model's construction"
     data, module = build_parts(cfg, mode)
-    verdict.model = getattr(
-        module.model, "architecture", type(module.model).__name__
-    )  # e.g. LlamaForCausalLM
+    # the class, e.g. LlamaForCausalLM, or the name the model gives itself
+    verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
     # before the preflight's work: a bad probe or callback is a config error
     probes = build_probes(cfg, run_dir=run_dir, data=data, overfit=mode.name == "overfit")
     extra = build_callbacks(cfg)
@@ -302,11 +301,9 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
     log.error("%s: stopped; the weights are those before that step", stopped)
     verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
     symptoms = verdict.items.setdefault("symptoms", [])
-    if not any(
-        s["name"] == "nonfinite" for s in symptoms
-    ):  # the probes report it themselves, when there are any
-        detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
-        found = Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+    # the probes' sink reports it itself, when there are probes
+    if not any(s["name"] == "nonfinite" for s in symptoms):
+        found = nonfinite(stopped)
         log.warning("%s", found.line())
         symptoms.append(found.as_dict())
     return f"{verdict.status} after {verdict.steps} steps"

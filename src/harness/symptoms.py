@@ -69,6 +69,12 @@ class Symptom:
         )
 
 
+def nonfinite(stopped) -> Symptom:
+    """The `nonfinite` symptom of a run the non-finite guard stopped (harness.faults.NonFinite `stopped`)."""
+    detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+    return Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+
+
 def judge(verdict, fail: bool) -> None:
     """With `fail` (probes.symptoms.fail=true, for CI), a run that would PASS, be DONE or DEBUG ends as SYMPTOM
     (exit 5) when it has any symptom; the status it had is kept as `judged`."""

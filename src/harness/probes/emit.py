@@ -13,7 +13,7 @@ from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from harness.compat import tensorboard_file_writer
 from harness.faults import NonFinite
-from harness.symptoms import Symptom
+from harness.symptoms import Symptom, nonfinite
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,7 @@ class MetricSink(pl.Callback):
         """A run stopped by a non-finite value: that is a symptom too; what is queued still reaches the loggers
         (Lightning finishes them after this hook)."""
         if isinstance(exception, NonFinite):
-            detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
-            self.report(Symptom("nonfinite", exception.step, exception.where, None, detail))
+            self.report(nonfinite(exception))
         self.flush(trainer)
         self.table(trainer)
 
