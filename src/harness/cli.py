@@ -165,26 +165,16 @@ def grammar_error(err: Exception, overrides: list[str]) -> str:
 
 
 def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
-    """No earlier run is overwritten: the run dir (each job dir of a sweep dir) must hold no verdict, unless
-    harness.door.check_run_dir allows it. A rank Lightning starts works in rank 0's dir: not checked."""
+    """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
+    harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked."""
     from harness.distributed import started_by_lightning
-    from harness.door import check_run_dir, prior_status
+    from harness.door import check_run_dir, check_sweep_dir
     from harness.errors import ConfigError
 
     if started_by_lightning():
         return
     try:
-        if not multirun:
-            check_run_dir(cfg, directory)
-        elif cfg.get("overwrite", False) is not True and directory.is_dir():
-            held = next((d for d in sorted(directory.iterdir()) if prior_status(d)), None)
-            if held is not None:
-                raise ConfigError(
-                    "hydra.sweep.dir",
-                    str(directory),
-                    f"already holds a sweep ({held.name}/verdict.json) that this one would overwrite; "
-                    "choose another folder, or give +overwrite=true",
-                )
+        (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
     except ConfigError as err:
         _die(str(err), err)
 

@@ -188,6 +188,21 @@ def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") ->
     )
 
 
+def check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
+    """Refuse a sweep directory any of whose job dirs holds a verdict, whatever its status: the new sweep would
+    overwrite those jobs and their summary. Allowed: `+overwrite=true`."""
+    if cfg.get("overwrite", False) is True or not Path(sweep_dir).is_dir():
+        return
+    held = next((d for d in sorted(Path(sweep_dir).iterdir()) if prior_status(d)), None)
+    if held is not None:
+        raise ConfigError(
+            "hydra.sweep.dir",
+            str(sweep_dir),
+            f"already holds a sweep ({held.name}/verdict.json) that this one would overwrite; "
+            "choose another folder, or give +overwrite=true",
+        )
+
+
 def check_flags(cfg: DictConfig) -> None:
     """The `+flag=true` switches the harness reads: true or false."""
     for name in ("overwrite", "resume_any_mode"):
