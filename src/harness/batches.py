@@ -1,19 +1,55 @@
 """Batches (docs/contracts.md, Batch) as the checks, the overfit verdict and the probes handle them: the first
-examples of a dataset collated into one, a batch moved to a model's device, and a model run in train or
-eval mode for a while."""
+examples of a split collated as its own loader collates them, a batch moved to a model's device, and a model
+run in train or eval mode for a while."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
+from itertools import islice
 
 import torch
 from torch import nn
-from torch.utils.data import default_collate
+from torch.utils.data import DataLoader, IterableDataset, default_collate
+
+
+def indexable(dataset) -> bool:
+    """Whether `dataset` is read by index (a map-style dataset with a length), not only by iterating it."""
+    if isinstance(dataset, IterableDataset):
+        return False
+    try:
+        len(dataset)
+    except TypeError:
+        return False
+    return hasattr(dataset, "__getitem__")
+
+
+def first_items(dataset, size: int) -> list:
+    """The first `size` items of `dataset` (fewer if it has fewer): by index, or as an iterable dataset yields
+    them in this process (the whole stream: no worker shards it here)."""
+    if indexable(dataset):
+        return [dataset[i] for i in range(min(size, len(dataset)))]
+    return list(islice(iter(dataset), size))
+
+
+def collate_of(loader: DataLoader | None) -> Callable:
+    """The function `loader` turns a list of items into a batch with (a fork's own padding collate, say);
+    default_collate where the loader batches nothing itself."""
+    if loader is None or getattr(loader, "batch_sampler", None) is None:
+        return default_collate
+    return loader.collate_fn or default_collate
+
+
+def first_rows(data, split: str, size: int):
+    """The first `size` examples of `data`'s `split` ("train" or "val") dataset, collated as that split's
+    loader collates them: what training sees, padding included. None where the split holds no example."""
+    items = first_items(getattr(data, f"{split}_dataset"), size)
+    return collate_of(getattr(data, f"{split}_dataloader")())(items) if items else None
 
 
 def first_examples(dataset, size: int) -> dict:
-    """The first `size` examples of `dataset` (fewer if it has fewer), collated into a Batch."""
-    return default_collate([dataset[i] for i in range(min(size, len(dataset)))])
+    """The first `size` examples of `dataset` (fewer if it has fewer), collated by default_collate."""
+    return default_collate(first_items(dataset, size))
 
 
 def to_device(batch: dict, where: nn.Module | torch.device | str) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.batches import to_device, training_mode
+from harness.batches import first_rows, to_device, training_mode
 from harness.config import build
 from harness.faults import find_checkpoint, load_checked
 from harness.verdict import Verdict
@@ -61,8 +61,11 @@ def measure(model: torch.nn.Module, loader, tokenizer, lm: bool) -> dict:
         losses = torch.nn.functional.cross_entropy(logits[mask], batch["targets"][mask], reduction="sum")
         nats += losses.item()
         tokens += int(mask.sum())
-        if lm:
-            text_bytes += sum(len(tokenizer.decode(row.tolist()).encode()) for row in batch["targets"])
+        if lm:  # the bytes of the targets the loss counts (padding left out)
+            text_bytes += sum(
+                len(tokenizer.decode(row[keep].tolist()).encode())
+                for row, keep in zip(batch["targets"], mask, strict=True)
+            )
     loss = nats / max(tokens, 1)
     result = {
         "loss": loss,
@@ -90,14 +93,16 @@ def continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, te
     return ids[0, prompt.numel() :]
 
 
-def continuations(model, dataset, tokenizer, cfg: DictConfig) -> list[dict]:
-    """The first `mode.samples` validation examples: the first half as the prompt, then the greedy and a
-    sampled continuation, all decoded."""
+def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
+    """The first `mode.samples` validation examples (collated by their loader; each up to its last masked
+    position: no padding): the first half as the prompt, then the greedy and a sampled continuation, decoded."""
     mode, out = cfg.mode, []
     generator = torch.Generator().manual_seed(int(cfg.seed))
     device = next(model.parameters()).device
-    for i in range(min(mode.samples, len(dataset))):
-        ids = dataset[i]["input_ids"].to(device)
+    rows = first_rows(data, "val", mode.samples) if mode.samples else None
+    for i in range(0 if rows is None else len(rows["input_ids"])):
+        real = rows["loss_mask"][i].nonzero()
+        ids = rows["input_ids"][i, : int(real.max()) + 1 if len(real) else None].to(device)
         prompt = ids[: max(1, ids.numel() // 2)]
         greedy = continue_text(model, prompt, mode.new_tokens, ids.numel(), 0.0, generator)
         sampled = continue_text(model, prompt, mode.new_tokens, ids.numel(), mode.temperature, generator)
@@ -144,10 +149,11 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
     if getattr(data, "test_dataset", None) is not None:
         splits["test"] = data.test_dataloader()
     with training_mode(model, False):
-        first = data.val_dataset[0]
-        lm = bool(first["loss_mask"].all())  # every position a target: language modelling
+        first = first_rows(data, "val", 1)
+        # more than one target an example: language modelling (classification has one, the label's)
+        lm = first is not None and int(first["loss_mask"].sum()) > 1
         results = {split: measure(model, loader, data.tokenizer, lm) for split, loader in splits.items()}
-        samples = continuations(model, data.val_dataset, data.tokenizer, cfg)
+        samples = continuations(model, data, data.tokenizer, cfg)
     report = {"checkpoint": str(ckpt), **results["val"], "splits": results, "continuations": samples}
     if hasattr(data, "unigram_entropy"):  # what a model that ignores context scores at best (data=corpus)
         report["unigram_entropy"] = data.unigram_entropy()

@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.batches import to_device, training_mode
+from harness.batches import collate_of, first_items, indexable, to_device, training_mode
 from harness.errors import ConfigError
 from harness.seeding import seed_all
 
@@ -21,18 +21,25 @@ log = logging.getLogger(__name__)
 
 
 class Head(Dataset):
-    """The first `n` examples of a dataset, with their source records."""
+    """The first `n` examples of a dataset, with their source records. A map-style dataset is read again at every
+    step (its own randomness, re-seeded, stays on); a stream's first n items are kept as it yielded them."""
 
     def __init__(self, dataset, n: int):
         self.dataset, self.n = dataset, n
+        self.kept = None if indexable(dataset) else first_items(dataset, n)
+
+    @property
+    def available(self) -> int:
+        """Examples the dataset holds, as far as the first n: fewer than n where it is smaller."""
+        return min(self.n, len(self.dataset) if self.kept is None else len(self.kept))
 
     def __len__(self) -> int:
-        return self.n
+        return self.available
 
     def __getitem__(self, i: int) -> dict:
-        if not 0 <= i < self.n:
+        if not 0 <= i < len(self):
             raise IndexError(i)
-        return self.dataset[i]
+        return self.dataset[i] if self.kept is None else self.kept[i]
 
     def record(self, i: int) -> dict:
         return self.dataset.record(i)
@@ -55,7 +62,8 @@ class OverfitData(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         self.base.setup(stage)
-        available = len(self.base.train_dataset)
+        head = Head(self.base.train_dataset, self.n)
+        available = head.available
         if not available:
             raise ConfigError(
                 "n", self.n, "the training split is empty; give data with at least one training example"
@@ -67,14 +75,16 @@ class OverfitData(pl.LightningDataModule):
                 f"the training split has only {available} examples; "
                 f"use n<={available} or a larger dataset (data.size)",
             )
-        self.train_dataset = self.val_dataset = Head(self.base.train_dataset, self.n)
+        self.train_dataset = self.val_dataset = head
+        # the fork's own collate (its padding, say) makes the batch, as its loaders would
+        self.collate = collate_of(self.base.train_dataloader())
 
     def train_dataloader(self) -> DataLoader:
         same_batch_every_step = [list(range(self.n))] * self.steps
-        return DataLoader(self.train_dataset, batch_sampler=same_batch_every_step)
+        return DataLoader(self.train_dataset, batch_sampler=same_batch_every_step, collate_fn=self.collate)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_dataset, batch_size=self.n, shuffle=False)
+        return DataLoader(self.val_dataset, batch_size=self.n, shuffle=False, collate_fn=self.collate)
 
     def batch(self) -> dict:
         """The one batch every step sees."""

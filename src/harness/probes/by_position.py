@@ -36,7 +36,7 @@ class GradByPosition(Probe):
                 "grad_by_position probe off: the model has no `token_embedding` (see docs/contracts.md, Model)"
             )
             return
-        self.batch = collate(self.run.data.train_dataset, self.examples)
+        self.batch = collate(self.run.data, "train", self.examples)
         self.init = self.measure(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from harness.batches import first_rows
 from harness.probes.base import Probe, due, whole
 from harness.probes.emit import log_table, own_randomness
 
@@ -44,10 +45,22 @@ def render(texts: list[str], ids: list[int], mask: list[bool] | None = None) -> 
     return "".join(texts[i] if keep else MASKED for i, keep in zip(ids, mask, strict=True))
 
 
-def collate(dataset, count: int) -> dict[str, torch.Tensor]:
-    """The first `count` items of `dataset` as one batch."""
-    items = [dataset[i] for i in range(min(count, len(dataset)))]
-    return {key: rearrange([item[key] for item in items], "b time -> b time") for key in items[0]}
+def collate(data, split: str, count: int) -> dict[str, torch.Tensor] | None:
+    """The first `count` examples of `data`'s split as one batch, as its own loader collates them (the Batch keys);
+    None where the split holds none."""
+    batch = first_rows(data, split, count)
+    return None if batch is None else {key: batch[key] for key in ("input_ids", "targets", "loss_mask")}
+
+
+def joined(batches: list[dict[str, torch.Tensor]], pad: int) -> dict[str, torch.Tensor]:
+    """Batches of one Batch each, stacked into one: a narrower one (its loader pads to its own longest example) is
+    padded on the right with `pad`, outside the loss mask."""
+    width = max(b["input_ids"].shape[1] for b in batches)
+    out = {}
+    for key in batches[0]:
+        fill = False if key == "loss_mask" else pad
+        out[key] = torch.cat([F.pad(b[key], (0, width - b[key].shape[1]), value=fill) for b in batches])
+    return out
 
 
 @torch.no_grad()
@@ -94,15 +107,17 @@ class Datapoints(Probe):
         train, val = data.train_dataset, data.val_dataset
         text = getattr(train, "task", None) == "lm"
         self.prompts = self.asked if text and not self.run.overfit else 0
-        self.batches = {"train": collate(train, self.examples)}
+        self.batches = {"train": collate(data, "train", self.examples)}
         # overfit mode validates on the training examples: shown once
-        if val is not None and val is not train and len(val):
-            self.batches["val"] = collate(val, self.examples)
+        if (
+            val is not None
+            and val is not train
+            and (shown := collate(data, "val", self.examples)) is not None
+        ):
+            self.batches["val"] = shown
         # every split's examples in one batch: one forward pass a dump
         self.rows = [(split, i) for split, b in self.batches.items() for i in range(len(b["input_ids"]))]
-        self.batch = {
-            key: torch.cat([b[key] for b in self.batches.values()]) for key in self.batches["train"]
-        }
+        self.batch = joined(list(self.batches.values()), pad=getattr(data.tokenizer, "pad_id", None) or 0)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step

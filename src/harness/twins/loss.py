@@ -33,6 +33,8 @@ class MaskedCrossEntropy(Twin):
         return torch.stack(terms).mean()
 
     def vectorized(self, logits, targets, loss_mask):
+        # a target outside the mask may be anything (-100, a pad id past the vocabulary): never read, as in loop
+        targets = torch.where(loss_mask, targets, torch.zeros_like(targets))
         per_position = F.cross_entropy(
             rearrange(logits, "b time vocab -> (b time) vocab"),
             rearrange(targets, "b time -> (b time)"),
