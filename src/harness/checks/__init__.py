@@ -3,11 +3,15 @@
 They need only the contracts of docs/contracts.md, so a fork's own model or data is checked the same way.
 `harness.checks.preflight` runs them through pytest before training (see preflight_tests.py)."""
 
-from harness.checks.base import FAIL, PASS, WARN, CheckResult, sample_batch
+from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, sample_batch, sample_rows
+from harness.checks.batch import batch_format, ids_in_range, loss_mask
 from harness.checks.behaviour import determinism, global_rng, init_loss, twins
 from harness.checks.data import data_roundtrip, static_batches
 from harness.checks.gradients import finite, gradient_flow
 from harness.checks.leaks import batch_independence, causality, input_dependence, word_order
+from harness.checks.loaders import train_loader
+from harness.checks.reads import DataReads
+from harness.checks.splits import split_overlap
 
 #: every built-in check, in the order the preflight table shows them
 MODEL_CHECKS = (
@@ -21,11 +25,28 @@ MODEL_CHECKS = (
     finite,
     input_dependence,
 )
-DATA_CHECKS = (data_roundtrip, static_batches)
+#: the data checks, run first: a batch they find unusable is not run through the model checks
+DATA_CHECKS = (
+    batch_format,
+    ids_in_range,
+    loss_mask,
+    data_roundtrip,
+    split_overlap,
+    train_loader,
+    static_batches,
+)
 
 __all__ = [
     "CheckResult",
     "DATA_CHECKS",
+    "DataReads",
+    "SKIP",
+    "batch_format",
+    "ids_in_range",
+    "loss_mask",
+    "sample_rows",
+    "split_overlap",
+    "train_loader",
     "FAIL",
     "MODEL_CHECKS",
     "PASS",

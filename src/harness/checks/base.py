@@ -10,17 +10,19 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from harness.batches import first_examples, to_device, training_mode
+from harness.batches import first_examples, first_rows, to_device, training_mode
 from harness.seeding import seed_all
 from harness.twins import MaskedCrossEntropy
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+#: a check that could not judge: what it needs is broken, and the row that says how is named in its detail
+SKIP = "SKIP"
 
 
 @dataclass
 class CheckResult:
     name: str
-    status: str  # PASS | WARN | FAIL
+    status: str  # PASS | WARN | FAIL | SKIP
     detail: str
 
     def as_dict(self) -> dict:
@@ -33,16 +35,30 @@ def masked_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
 
 class SampleBatch(dict):
     """A Batch that keeps the passes checks share over it (see `shared`). Any dict Batch works as well:
-    then each check runs its own passes."""
+    then each check runs its own passes. `unusable`: why no model can be judged on it (None: it can)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.passes: dict = {}
+        self.unusable: str | None = None
 
 
 def sample_batch(dataset, size: int = 4) -> SampleBatch:
-    """The first `size` examples of `dataset`, collated into a Batch."""
+    """The first `size` examples of `dataset`, collated into a Batch by default_collate."""
     return SampleBatch(first_examples(dataset, size))
+
+
+def sample_rows(data, size: int = 4) -> SampleBatch:
+    """The first `size` training examples of a datamodule, collated by its own train loader's collate (padding
+    and all), with `unusable` said where the batch breaks what the model checks need."""
+    from harness.checks.batch import unusable
+
+    rows = first_rows(data, "train", size)
+    batch = SampleBatch(rows if isinstance(rows, dict) else {})
+    batch.unusable = (
+        "holds no example: the training split is empty" if rows is None else unusable(rows, data.tokenizer)
+    )
+    return batch
 
 
 def shared(batch: dict, key: tuple, model: nn.Module, compute: Callable):

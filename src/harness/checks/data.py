@@ -1,100 +1,161 @@
-"""Checks of the data pipeline: round trip through the tokenizer, and static batches that stay static."""
+"""Checks of the data pipeline against its source: rows decode back to the records they were made from (a mismatch
+diagnosed by harness.checks.diagnose), and fixed loaders hand out the same batches pass after pass."""
 
 from __future__ import annotations
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from harness.checks.base import FAIL, PASS, WARN, CheckResult
+from harness.batches import indexable
+from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult
+from harness.checks.batch import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
+from harness.checks.diagnose import account, agrees, diagnose, quoted, readings, time_major
+from harness.checks.reads import SPLITS, reads
+
+#: rows of each split's first batch the round trip decodes, and records of a stream searched for a row's source
+EXAMPLES, STREAM_SEARCH = 8, 256
 
 
-def _reconstruct(tokenizer, item: dict, classify: bool) -> dict:
-    """Decode a Batch row back to the source record it should have come from."""
-    ids, targets, mask = item["input_ids"].tolist(), item["targets"], item["loss_mask"]
-    if not classify:  # language modelling: targets are the text shifted by one. Decoded in one call: a
-        # byte-level BPE may split one character across the last input and the last target
-        return {"text": tokenizer.decode(ids + targets[-1:].tolist())}
-    return {"text": tokenizer.decode(ids), "label": tokenizer.decode(targets[mask].tolist())}
+def record_of(source, i: int) -> dict | None:
+    """record(i) of `source`, None past its end."""
+    try:
+        return source.record(i)
+    except (IndexError, KeyError):
+        return None
 
 
-def _in_order(loader: DataLoader) -> bool:
-    """True when the loader yields its dataset in order, unshuffled (so row i of batch 0 is example i)."""
-    batches = loader.batch_sampler
-    if isinstance(batches, list):  # an explicit list of index batches (overfit mode)
-        return all(b == list(range(b[0], b[0] + len(b))) for b in batches[:1])
-    return isinstance(batches, BatchSampler) and isinstance(batches.sampler, SequentialSampler)
-
-
-def data_roundtrip(model, data, cfg=None, examples: int = 8) -> CheckResult:
-    """Decoding what the loader yields reproduces the source records (text, or tokens and label).
-
-    Loaders that yield in order are read through; a shuffled one is read through its dataset."""
+def data_roundtrip(model, data, cfg=None) -> CheckResult:
+    """Each split's first batch, made by its loader's own sampler and collate, decodes back to the source records
+    of the examples it holds (text, or text and label); a mismatch says which known mistake the evidence fits."""
+    data = reads(data, cfg)
+    pads, specials = pad_ids(data.tokenizer), set(special_ids(data.tokenizer).values())
     checked = 0
-    for split, loader in (("train", data.train_dataloader()), ("val", data.val_dataloader())):
-        dataset = loader.dataset
-        if not hasattr(dataset, "record"):
+    for split in SPLITS:
+        source = data.record_source(split)
+        if source is None:
             return CheckResult(
                 "data_roundtrip", WARN, f"the {split} dataset has no record(i): nothing to compare with"
             )
-        first = next(iter(loader)) if _in_order(loader) else None
-        for i in range(min(examples, len(dataset))):
-            in_batch = first is not None and i < len(first["input_ids"])
-            item = {k: v[i] for k, v in first.items()} if in_batch else dataset[i]
-            want = dataset.record(i)
-            got = _reconstruct(data.tokenizer, item, classify="label" in want)
-            want = {k: want.get(k) for k in got}
-            if got != want:
-                return CheckResult(
-                    "data_roundtrip",
-                    FAIL,
-                    f"{split} example {i}: the loader decodes to {got!r} "
-                    f"but the source is {want!r}; check the encoding and the target shift",
-                )
-            checked += 1
-    return CheckResult("data_roundtrip", PASS, f"{checked} examples decode back to their source")
+        traced = data.indexed(split)
+        if traced is None:
+            continue
+        batch, indices = traced
+        if time_major(batch, rows=len(indices)):
+            return CheckResult(
+                "data_roundtrip", FAIL, f"{split} example {indices[0]}: {time_major(batch, len(indices))}"
+            )
+        if layout_fault(batch) is not None:
+            return CheckResult(
+                "data_roundtrip", SKIP, "not judged: the batches are not Batches (see batch_format)"
+            )
+        if out_of_range(batch, vocab_size(data.tokenizer) or 0) is not None:
+            return CheckResult(
+                "data_roundtrip",
+                SKIP,
+                "not judged: the batch holds ids no tokenizer decodes (see ids_in_range)",
+            )
+        records = [record_of(source, i) for i in indices]
+        classify = records[0] is not None and "label" in records[0]
+        stream = not indexable(source)
+        for row, (index, record) in enumerate(list(zip(indices, records, strict=True))[:EXAMPLES]):
+            one = {k: batch[k][row] for k in ("input_ids", "targets", "loss_mask")}
+            if record is not None and agrees(one, record, data.tokenizer, classify, pads, specials):
+                checked += 1
+                continue
+            if stream and found_in(source, one, data.tokenizer, classify, pads, specials):
+                checked += 1  # a stream that yields its examples in another order than record(i) counts them
+                continue
+            context = dict(
+                tokenizer=data.tokenizer, classify=classify, pads=pads, specials=specials, rows=len(indices)
+            )
+            lookup = lambda j, source=source: record_of(source, j)  # noqa: E731
+            cause = diagnose(batch, row, index, records, lookup, **context)
+            got = readings(one, data.tokenizer, classify, pads, specials)[0]
+            told = account(got, record) if record is not None else f"record({index}) does not exist"
+            fix = cause or "check how each text is encoded and cut into input_ids and targets"
+            return CheckResult("data_roundtrip", FAIL, f"{split} example {index}: {told}; {fix}")
+    if not checked:
+        return CheckResult("data_roundtrip", SKIP, "not judged: no batch could be traced to its examples")
+    return CheckResult(
+        "data_roundtrip",
+        PASS,
+        f"{checked} examples decode back to their source (read through the loaders' own sampler and collate)",
+    )
 
 
-def _same(a, b) -> bool:
+def found_in(source, row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
+    """Whether one of the first STREAM_SEARCH records of a stream is the source of `row`."""
+    for j in range(STREAM_SEARCH):
+        record = record_of(source, j)
+        if record is None:
+            return False
+        if agrees(row, record, tokenizer, classify, pads, specials):
+            return True
+    return False
+
+
+def in_order(loader) -> bool:
+    """True when the loader yields its dataset in order, unshuffled (its batches are the same every pass)."""
+    if not isinstance(loader, DataLoader):  # a list of batches, say: the same every pass
+        return True
+    batches = loader.batch_sampler
+    if isinstance(batches, list):  # an explicit list of index batches
+        return all(b == list(range(b[0], b[0] + len(b))) for b in batches[:1])
+    if batches is None:  # no batching by the loader: a dataset read in its own order
+        return not indexable(loader.dataset) or isinstance(loader.sampler, SequentialSampler)
+    return isinstance(batches, BatchSampler) and isinstance(batches.sampler, SequentialSampler)
+
+
+def difference(a, b) -> str:
+    """The first places two values of one key differ, briefly: positions and values, never whole tensors."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"shape {list(a.shape)} {a.dtype} then {list(b.shape)} {b.dtype}"
+        where = (a != b).nonzero()[:3].tolist()
+        told = "; ".join(
+            f"at {tuple(w) if len(w) > 1 else w[0]}: {a[tuple(w)].item()} then {b[tuple(w)].item()}"
+            for w in where
+        )
+        return f"{int((a != b).sum())} of {a.numel()} values differ ({told})"
+    return f"{quoted(repr(a))} then {quoted(repr(b))}"
+
+
+def same(a, b) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
     return type(a) is type(b) and a == b
-
-
-def _fixed_loaders(data) -> dict[str, DataLoader]:
-    loaders = {"val": data.val_dataloader()}
-    train = data.train_dataloader()
-    if _in_order(train):
-        loaders["train"] = train
-    return loaders
 
 
 def static_batches(
     model, data, cfg=None, batches: int = 3, allowed_to_vary: tuple[str, ...] = ()
 ) -> CheckResult:
     """Two passes over each fixed (unshuffled) loader give identical batches, key by key."""
+    data = reads(data, cfg)
     allowed = set(allowed_to_vary) | set((cfg or {}).get("static_batches_vary", None) or [])
     compared = 0
-    for split, loader in _fixed_loaders(data).items():
-        passes = []
-        for _ in range(2):
-            taken = []
-            for i, batch in enumerate(loader):
-                if i == batches:
-                    break
-                taken.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
-            passes.append(taken)
-        for i, (first, second) in enumerate(zip(*passes, strict=True)):
-            for key in sorted(set(first) | set(second)):
+    for split in SPLITS:
+        loader = data.loader(split)
+        if loader is None or not in_order(loader):
+            continue
+        first = data.batches(split, batches)
+        second = [b for _, b in zip(range(batches), loader, strict=False)]
+        for i, (one, two) in enumerate(zip(first, second, strict=False)):
+            if not (isinstance(one, dict) and isinstance(two, dict)):
+                continue
+            for key in sorted(set(one) | set(two)):
                 if key in allowed:
                     continue
-                if key not in first or key not in second or not _same(first[key], second[key]):
-                    a, b = first.get(key, "<missing>"), second.get(key, "<missing>")
+                if key not in one or key not in two or not same(one[key], two[key]):
+                    told = (
+                        "present in one pass only"
+                        if key not in one or key not in two
+                        else difference(one[key], two[key])
+                    )
                     return CheckResult(
                         "static_batches",
                         FAIL,
-                        f"{split} loader, batch {i}, key {key!r} differs between two "
-                        f"passes: {a!r} vs {b!r}; something mutates or re-randomizes batches "
-                        "(allow a key to vary with static_batches_vary)",
+                        f"{split} loader, batch {i}, key {key!r} differs between two passes: {told}; something "
+                        "mutates or re-randomizes batches (allow a key to vary with static_batches_vary)",
                     )
             compared += 1
     return CheckResult("static_batches", PASS, f"{compared} batches identical over two passes, key by key")

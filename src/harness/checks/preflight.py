@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness.batches import training_mode
-from harness.checks.base import FAIL, CheckResult, sample_batch
+from harness.checks.base import FAIL, CheckResult, sample_rows
+from harness.checks.reads import DataReads
 from harness.seeding import rng_state, set_rng_state
 from harness.signals import SIGNALS, Interrupted
 
@@ -31,8 +32,10 @@ class PreflightPlugin:
     """Hands this run's objects to the preflight tests as fixtures, and collects their results."""
 
     def __init__(self, model, data, cfg):
-        self._model, self._data, self._cfg = model, data, cfg
+        # overfit mode wraps the fork's datamodule (`.base`): its loaders are what the data checks must read
+        self._model, self._data, self._cfg = model, getattr(data, "base", data), cfg
         self._batch = None
+        self._reads = DataReads(self._data, cfg)
         self.results: list[CheckResult] = []
         self._recorded: set[str] = set()
         self._test_of: list[str | None] = []  # the pytest node of each result, None for a file's row
@@ -61,6 +64,10 @@ class PreflightPlugin:
         return self._data
 
     @pytest.fixture
+    def data_reads(self):
+        return self._reads
+
+    @pytest.fixture
     def cfg(self):
         return self._cfg
 
@@ -70,9 +77,9 @@ class PreflightPlugin:
 
     def shared_batch(self):
         """One batch for every check: the passes over it that several checks read are run once (SampleBatch).
-        Overfit mode wraps the datamodule (`.base`): model checks want several examples even at n=1."""
+        The fork's datamodule, also in overfit mode: model checks want several examples even at n=1."""
         if self._batch is None:
-            self._batch = sample_batch(getattr(self._data, "base", self._data).train_dataset, size=4)
+            self._batch = sample_rows(self._data, size=4)
         return self._batch
 
     @pytest.fixture
@@ -195,7 +202,11 @@ def run_preflight(module, data, cfg) -> list[dict]:
     try:
         # whatever the checks switch, the model ends as it began
         with training_mode(model, model.training):
-            announce(model, plugin.shared_batch())
+            batch = plugin.shared_batch()
+            if (
+                batch.unusable is None
+            ):  # a batch no model can run is said by the data rows, not by a crash here
+                announce(model, batch)
             with signals_end_the_session() as caught:
                 code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:

@@ -1,8 +1,9 @@
 """The preflight: pytest tests over THIS run's model, data and config, run by train.py before training.
 
 Fixtures come from harness.checks.preflight.PreflightPlugin: `model` (the nn.Module), `data` (the
-datamodule, set up), `batch` (a few training examples), `cfg` (the composed config), `record`
-(call it with a CheckResult so it lands in the table and verdict.json). Add a test here, or set
+datamodule, set up: the fork's own, in overfit mode too), `data_reads` (what the data checks read of it, read
+once), `batch` (a few training examples, collated by the fork's own collate), `cfg` (the composed config),
+`record` (call it with a CheckResult so it lands in the table and verdict.json). Add a test here, or set
 `preflight_tests` in the config to more files, and it runs before every training run; a test that
 fails without recording a result still shows up as FAIL under its own name."""
 
@@ -11,15 +12,18 @@ import pytest
 from harness import checks
 
 
-@pytest.mark.parametrize("check", checks.MODEL_CHECKS, ids=lambda c: c.__name__)
-def test_model(check, model, batch, cfg, record):
-    result = record(check(model, batch, cfg))
+@pytest.mark.parametrize("check", checks.DATA_CHECKS, ids=lambda c: c.__name__)
+def test_data(check, model, data_reads, cfg, record):
+    result = record(check(model, data_reads, cfg))
     assert result.status != checks.FAIL, result.detail
 
 
-@pytest.mark.parametrize("check", checks.DATA_CHECKS, ids=lambda c: c.__name__)
-def test_data(check, model, data, cfg, record):
-    result = record(check(model, data, cfg))
+@pytest.mark.parametrize("check", checks.MODEL_CHECKS, ids=lambda c: c.__name__)
+def test_model(check, model, batch, cfg, record):
+    if getattr(batch, "unusable", None):  # the data rows above say what is wrong with it: said once
+        record(checks.CheckResult(check.__name__, checks.SKIP, f"not run: the sample batch {batch.unusable}"))
+        return
+    result = record(check(model, batch, cfg))
     assert result.status != checks.FAIL, result.detail
 
 
