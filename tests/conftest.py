@@ -20,6 +20,8 @@ with contextlib.suppress(ModuleNotFoundError):  # a fork that removed examples/ 
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+#: data options that keep no files under data.root: the tests give those no data.root
+OWN_ROOT = ("data=folder", "data=fork")
 
 #: a quick run's overrides to switch the probes off: none where a fork has deleted them (conf/probes/)
 PROBES_OFF = ("probes=off",) if (CONF / "probes").is_dir() else ()
@@ -59,7 +61,9 @@ def data_root(tmp_path_factory) -> Path:
 def compose_config(overrides: list[str], run_dir: Path, data_root: Path):
     """The config train.py would build for `overrides`, ready for harness.run.run (HydraConfig set)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
-        root = [] if "data=folder" in overrides else [f"data.root={data_root}"]  # a folder is its own root
+        root = (
+            [] if set(OWN_ROOT) & set(overrides) else [f"data.root={data_root}"]
+        )  # a folder is its own root
         cfg = compose(config_name="train", overrides=[*root, *overrides], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(run_dir)
@@ -82,7 +86,7 @@ def train(
 ) -> subprocess.CompletedProcess:
     """Run the real `python train.py ARGS` with outputs under `cwd` and stdin closed."""
     flags = [a for a in args if a.startswith("-")]  # Hydra's flags (-m) go before the overrides
-    root = [] if "data=folder" in args else [f"data.root={data_root}"]  # a folder is its own root
+    root = [] if set(OWN_ROOT) & set(args) else [f"data.root={data_root}"]  # a folder is its own root
     command = [
         sys.executable,
         str(ROOT / "train.py"),

@@ -29,7 +29,12 @@ VERDICT_KEYS = {
     "eval_gap",
 }
 CHECKS = {
+    "batch_format",
+    "ids_in_range",
+    "loss_mask",
     "data_roundtrip",
+    "split_overlap",
+    "train_loader",
     "static_batches",
     "gradient_flow",
     "batch_independence",

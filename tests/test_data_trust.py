@@ -1,0 +1,253 @@
+"""The data side of the preflight on a fork's own DataModules (tests/fork_data.py): every planted data-pipeline
+mistake fails in the one row that names its cause, the model checks neither fail nor echo it, and every correct
+pipeline (padded, classification, a sharded stream, real text, the built-in sources) raises nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from harness import checks
+from harness.checks.preflight import run_preflight
+from harness.data import SyntheticDataModule, TextDataModule
+from harness.models.transformer import Transformer
+from harness.module import HarnessModule
+from harness.verdict import read_verdict
+from tests.fork_data import BUGGY, CORRECT, build
+
+#: planted mistake -> (the row that fails, words its detail must hold: the cause named)
+CAUGHT = {
+    "PadCountedLM": ("loss_mask", ["counts padding", "pad id"]),
+    "PadCountedFromInputsLM": ("loss_mask", ["counts padding", "pad id"]),
+    "EosPaddedLM": ("loss_mask", ["counts padding", "end-of-text"]),
+    "ValIsTrain": ("split_overlap", ["train_dataset itself"]),
+    "ValSliceOfTrain": ("split_overlap", ["100%", "training examples too"]),
+    "OverlappingWindowsLM": ("split_overlap", ["inside training text"]),
+    "SameBatchSampler": ("train_loader", ["identical", "same indices"]),
+    "IgnoresIndexDataset": ("train_loader", ["identical", "ignores its index"]),
+    "LabelFirstClassification": ("loss_mask", ["position 0", "read 1 of its"]),
+    "LabelOffByOneClassification": ("loss_mask", ["the label is predicted at position", "last position"]),
+    "UnshardedStreamingLM": ("train_loader", ["every worker reads the whole stream", "get_worker_info"]),
+    "EosEqualsVocabSize": ("ids_in_range", ["eos_id", "vocab_size"]),
+    "TargetsAreInputsLM": ("data_roundtrip", ["the inputs themselves"]),
+    "ShiftedByTwoLM": ("data_roundtrip", ["shifted by 2"]),
+    "LabelInInputClassification": ("data_roundtrip", ["label is inside the input"]),
+    "TimeMajorCollate": ("batch_format", ["time-major"]),
+    "OtherVocabularyOrder": ("data_roundtrip", ["another vocabulary"]),
+    "EmptyLossMask": ("loss_mask", ["False at every position"]),
+    "MutatingValLoader": ("static_batches", ["differs between two passes"]),
+}
+#: rows that may fail beside the cause's own, each pointing back at it
+ECHOES = {
+    "IgnoresIndexDataset": {
+        "data_roundtrip": "ignores its index"
+    },  # its rows are one example: no source fits
+    "TimeMajorCollate": {"data_roundtrip": "time-major"},
+    "MutatingValLoader": {
+        "ids_in_range": "negative"
+    },  # a second read is out of the vocabulary: true, and said
+}
+#: a length where the mistake shows: validation windows found at other offsets need long examples
+LENGTHS = {"OverlappingWindowsLM": 128}
+MODEL_ROWS = {check.__name__ for check in checks.MODEL_CHECKS}
+#: the longest detail a row may print: a few positions and values, never whole tensors
+DETAIL = 400
+
+
+def config(length: int):
+    return OmegaConf.create({"preflight": True, "seed": 0, "optim": {"lr": 3e-3}, "data": {"length": length}})
+
+
+def preflight(data, length: int) -> dict[str, dict]:
+    """The real preflight on a small transformer over `data`: its rows by name."""
+    torch.manual_seed(0)
+    model = Transformer(data.tokenizer.vocab_size, max_len=length, d_model=32, layers=1, heads=2)
+    rows = run_preflight(HarnessModule(model), data, config(length))
+    return {row["name"]: row for row in rows}
+
+
+def test_every_planted_data_mistake_is_listed():
+    assert set(CAUGHT) == set(BUGGY)
+
+
+@pytest.mark.parametrize("name", sorted(BUGGY))
+def test_each_data_mistake_fails_in_the_row_that_names_it(name):
+    length = LENGTHS.get(name, 16)
+    rows = preflight(build(BUGGY[name], length=length), length)
+    row, words = CAUGHT[name]
+    assert rows[row]["status"] == checks.FAIL, rows[row]
+    assert all(w in rows[row]["detail"] for w in words), rows[row]["detail"]
+    failed = {n for n, r in rows.items() if r["status"] == checks.FAIL}
+    echoes = ECHOES.get(name, {})
+    assert failed <= {row, *echoes}, {n: rows[n]["detail"] for n in failed}
+    for echo, pointer in echoes.items():
+        assert rows[echo]["status"] != checks.FAIL or pointer in rows[echo]["detail"], rows[echo]
+    assert not MODEL_ROWS & failed, "a data mistake blamed on the model"
+    assert all(len(r["detail"]) <= DETAIL for r in rows.values()), max(
+        rows.values(), key=lambda r: len(r["detail"])
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_fork_pipelines_raise_nothing(name):
+    rows = preflight(build(CORRECT[name], length=16), 16)
+    assert all(r["status"] == checks.PASS for r in rows.values()), {
+        n: r for n, r in rows.items() if r["status"] != checks.PASS
+    }
+
+
+@pytest.mark.parametrize("length", [1, 4, 32])
+def test_builtin_synthetic_data_raises_nothing(length, tmp_path):
+    """A tiny length repeats examples across the splits by chance, as often as within training: no overlap."""
+    data = SyntheticDataModule(length=length, root=str(tmp_path))
+    data.prepare_data()
+    data.setup()
+    rows = preflight(data, length)
+    assert all(r["status"] == checks.PASS for r in rows.values()), rows
+
+
+def test_builtin_text_raises_nothing(tmp_path):
+    """The built-in corpus repeats some passages (11% of its short chunks recur across the splits): real text."""
+    data = TextDataModule(length=16, root=str(tmp_path))
+    data.prepare_data()
+    data.setup()
+    rows = preflight(data, 16)
+    assert all(r["status"] == checks.PASS for r in rows.values()), rows
+
+
+def test_an_empty_loss_mask_is_said_once():
+    """The model checks are skipped with a pointer: none blames gradient flow, the output scale or seeding."""
+    rows = preflight(build(BUGGY["EmptyLossMask"]), 16)
+    skipped = {n for n, r in rows.items() if r["status"] == checks.SKIP}
+    assert skipped == MODEL_ROWS, rows
+    assert all("see loss_mask" in rows[n]["detail"] for n in skipped)
+
+
+def test_an_id_past_the_vocabulary_stops_no_check_with_a_crash():
+    rows = preflight(build(BUGGY["EosEqualsVocabSize"]), 16)
+    assert all("see ids_in_range" in rows[n]["detail"] for n in MODEL_ROWS), rows
+    assert "IndexError" not in str(rows)
+
+
+def test_ids_in_range_names_key_id_position_and_size():
+    data = build(CORRECT["FixedClassification"])
+    vocab = data.tokenizer.vocab_size
+    first = next(iter(data.train_dataloader()))
+    first["targets"][2, -1] = vocab  # a label past the vocabulary, inside the mask
+    result = checks.ids_in_range(None, _Fixed(data, first), config(16))
+    assert result.status == checks.FAIL
+    for words in (
+        "key 'targets'",
+        "example 2",
+        f"position {first['targets'].shape[1] - 1}",
+        f"id {vocab}",
+        f"{vocab} ids",
+    ):
+        assert words in result.detail, result.detail
+
+
+def test_a_target_outside_the_mask_may_be_anything():
+    """-100 (Hugging Face's ignore index) or a pad id past the vocabulary, where the mask leaves it out."""
+    data = build(CORRECT["FixedClassification"])
+    first = next(iter(data.train_dataloader()))
+    first["targets"][~first["loss_mask"]] = -100
+    assert checks.ids_in_range(None, _Fixed(data, first), config(16)).status == checks.PASS
+    loss = checks.base.masked_loss(torch.zeros(*first["targets"].shape, data.tokenizer.vocab_size), first)
+    assert torch.isfinite(loss)
+
+
+class _Fixed:
+    """A datamodule whose loaders hand out one given batch: a planted value exactly where a test puts it."""
+
+    def __init__(self, data, batch: dict):
+        self.tokenizer, self.train_dataset, self.val_dataset = (
+            data.tokenizer,
+            data.train_dataset,
+            data.val_dataset,
+        )
+        self.batch = batch
+
+    def train_dataloader(self):
+        return [self.batch]
+
+    def val_dataloader(self):
+        return [self.batch]
+
+
+def test_a_stream_wrapped_by_its_loader_is_read_through_the_datamodule_dataset():
+    """The loader's dataset is a shuffle buffer without record(i): the round trip reads train_dataset's."""
+    data = build(CORRECT["StreamingLM"])
+    assert not hasattr(data.train_dataloader().dataset, "record")
+    result = checks.data_roundtrip(None, data, config(16))
+    assert result.status == checks.PASS and "decode back" in result.detail, result
+
+
+def test_split_overlap_is_judged_beyond_what_training_repeats_of_itself():
+    """A share of validation found in training that training repeats of itself anyway is no leak."""
+    data = build(CORRECT["FixedClassification"])
+    result = checks.split_overlap(None, data, config(16))
+    assert result.status == checks.PASS and "0% of validation" in result.detail, result
+    leaked = build(BUGGY["ValSliceOfTrain"])
+    assert checks.split_overlap(None, leaked, config(16)).status == checks.FAIL
+
+
+# ---------------------------------------------------------------------------------------------------------
+# through the real train.py: a fork's datamodule plugged in by its config (tests/conf/data/fork.yaml)
+# ---------------------------------------------------------------------------------------------------------
+
+FORK = (f"hydra.searchpath=[file://{Path(__file__).parent / 'conf'}]", "data=fork", "probes=off")
+
+
+def test_overfit_mode_preflight_reads_the_forks_own_loaders(run_train, tmp_path):
+    """Overfit mode trains on its own batch of n examples; the preflight still reads the fork's loaders."""
+    result = run_train(*FORK, "data._target_=tests.fork_data.SameBatchSampler", "mode=overfit", "n=2")
+    assert result.returncode == 3, result.stderr[-2000:]
+    rows = {c["name"]: c for c in read_verdict(tmp_path / "run")["checks"]}
+    assert rows["train_loader"]["status"] == checks.FAIL, rows["train_loader"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PaddedLM",
+        pytest.param("StreamingLM", marks=pytest.mark.slow),
+        pytest.param("PaddedClassification", marks=pytest.mark.slow),
+    ],
+)
+def test_a_correct_fork_pipeline_overfits_with_its_own_collate(name, run_train, tmp_path):
+    """Padded examples of several lengths batch only through the fork's collate; a stream has no index."""
+    result = run_train(*FORK, f"data._target_=tests.fork_data.{name}", "mode=overfit", "n=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    verdict = read_verdict(tmp_path / "run")
+    assert verdict["status"] == "PASS" and all(c["status"] == checks.PASS for c in verdict["checks"]), verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["PaddedLM", "StreamingLM"])
+def test_a_correct_fork_pipeline_trains_in_full_mode(name, run_train, tmp_path):
+    result = run_train(
+        *FORK, f"data._target_=tests.fork_data.{name}", "mode=full", "mode.max_steps=30", "mode.val_every=10"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    verdict = read_verdict(tmp_path / "run")
+    assert verdict["status"] == "DONE" and verdict["val_loss"] is not None, verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "tokenizer", [{"kind": "char"}, {"kind": "bpe", "vocab_size": 512}], ids=["char", "bpe"]
+)
+def test_a_corpus_of_real_text_raises_nothing(tokenizer, tmp_path):
+    """CPython's own library source, 2 MB of it: code repeats itself, and nothing of that is a leak."""
+    from harness.data import CorpusDataModule
+
+    data = CorpusDataModule(
+        length=128, files="stdlib", tokenizer=tokenizer, max_bytes=2_000_000, root=str(tmp_path)
+    )
+    data.prepare_data()
+    data.setup()
+    rows = preflight(data, 128)
+    assert all(r["status"] == checks.PASS for r in rows.values()), rows
