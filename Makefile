@@ -54,7 +54,7 @@ test-all: $(STAMP)  ## every test
 	$(PYTEST) $(ARGS)
 
 bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md
-	$(PY) -m harness.bench
+	$(PY) -m benchmarks
 
 lint: $(STAMP)  ## ruff check and format check
 	$(PY) -m ruff check .

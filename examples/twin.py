@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from harness.twins import Twin
+from harness.ops import Twin
 
 
 class CausalConv(Twin):

@@ -2,7 +2,7 @@
 # GPU readiness in a few minutes, on a machine with a CUDA device:
 #   1. python train.py mode=overfit n=2 trainer=gpu                  bf16-mixed: preflight, then PASS/FAIL
 #   2. the same with compile=true                                    torch.compile (inductor, Triton kernels)
-#   3. BENCH_ACCELERATOR=gpu python -m harness.bench probes          what the probes cost a training step, on the GPU
+#   3. BENCH_ACCELERATOR=gpu python -m benchmarks probes          what the probes cost a training step, on the GPU
 # Prints each result and exits non-zero if any step fails (2 when there is no GPU at all).
 #   scripts/gpu_check.sh                  PYTHON=python3 scripts/gpu_check.sh   (default: .venv/bin/python)
 set -euo pipefail
@@ -49,8 +49,8 @@ overfit() {
 overfit bf16
 overfit compiled compile=true
 
-echo "== probe benchmark: BENCH_ACCELERATOR=gpu python -m harness.bench probes"
-if ! BENCH_ACCELERATOR=gpu timeout 900 "$PYTHON" -m harness.bench probes; then
+echo "== probe benchmark: BENCH_ACCELERATOR=gpu python -m benchmarks probes"
+if ! BENCH_ACCELERATOR=gpu timeout 900 "$PYTHON" -m benchmarks probes; then
   echo "  FAILED"
   failures=$((failures + 1))
 fi

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-import harness.bench
-from harness.bench import data as bench_data
+import benchmarks
+from benchmarks import data as bench_data
 from harness.data.tokenizer import HFTokenizer
 
 TINY = dict(stdlib_bytes=100_000, vocab_size=300, workers=2, reps=1, length=16, batch_size=4, size="tiny")
@@ -27,7 +27,7 @@ def one_thread():
 
 @pytest.mark.slow  # ~12 s: prepares two corpora and times a GPT step (make test-slow)
 def test_data_bench_writes_its_figures(tmp_path, monkeypatch, one_thread):
-    monkeypatch.setattr(harness.bench, "OUT", tmp_path)  # write() reads the package's OUT
+    monkeypatch.setattr(benchmarks, "OUT", tmp_path)  # write() reads the package's OUT
     result = bench_data.main(corpus_mb=0.3, warmup=1, steps=2, **TINY)
 
     figures = json.loads((tmp_path / "data.json").read_text())

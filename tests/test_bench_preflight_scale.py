@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-import harness.bench
-from harness.bench import preflight_scale
+import benchmarks
+from benchmarks import preflight_scale
 
 
 @pytest.mark.slow  # builds and times a model at two scales: a benchmark's test, in test-slow
 def test_preflight_scale_writes_its_figures(tmp_path, monkeypatch):
-    monkeypatch.setattr(harness.bench, "OUT", tmp_path)  # write() reads the package's OUT
+    monkeypatch.setattr(benchmarks, "OUT", tmp_path)  # write() reads the package's OUT
     result = preflight_scale.main(d_model=32, layers=2, heads=2, length=16, preflight_runs=2, step_reps=2)
 
     figures = json.loads((tmp_path / "preflight_scale.json").read_text())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
 
 VERDICT_KEYS = {
     "mode",

@@ -107,7 +107,7 @@ def test_bad_values_are_refused_naming_the_key(override, key, make_config):
 def test_schema_refuses_a_wrong_type_while_composing(override, expected, capsys, tmp_path, monkeypatch):
     """The schema (harness/schema.py) types harness's own keys: Hydra refuses the value before anything runs,
     and the command line says which key and what it takes, in one line."""
-    from harness.cli import check_overrides
+    from harness.cli.door import check_overrides
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
@@ -135,10 +135,16 @@ def test_an_argument_the_target_does_not_take_is_named(make_config):
         assert str(err.value).startswith(f"{key}=") and "takes no argument" in str(err.value), err.value
 
 
-def test_config_knows_every_mode_the_run_has():
-    """validate() names the modes without importing Lightning; harness.modes trains in them, and
-    mode=eval (harness.evaluate) trains in none."""
-    from harness.config import MODES
-    from harness.modes import MODES as RUNNABLE
+def test_every_mode_is_one_entry_of_one_table_and_each_has_its_typed_config():
+    """The schema's MODES names every mode once: its typed config (each conf/mode/*.yaml starts from it) and the
+    class that trains in it; mode=eval (harness.report.evaluate) trains in none."""
+    from hydra.utils import get_class
 
-    assert (*RUNNABLE, "eval") == MODES
+    from harness.config.schema import MODES
+    from tests.conftest import CONF
+
+    assert sorted(MODES) == sorted(p.stem for p in (CONF / "mode").glob("*.yaml"))
+    for name, (schema, regime) in MODES.items():
+        assert f"{name}_schema" in (CONF / "mode" / f"{name}.yaml").read_text()
+        assert schema().name == name and (regime is None) == (name == "eval")
+        assert regime is None or get_class(regime).name == name

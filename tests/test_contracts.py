@@ -11,7 +11,7 @@ from torch import nn
 
 import harness
 from harness.errors import ConfigError
-from harness.run import build, run
+from harness.train.run import build, run
 from tests.conftest import PROBES_OFF
 
 MODELS = ["transformer", "rnn", "lstm", "gpt"]

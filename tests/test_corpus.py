@@ -18,8 +18,8 @@ from harness.data import prepare as preparing
 from harness.data.sampler import ResumableLoader
 from harness.data.tokenizer import END_OF_TEXT, train_bpe
 from harness.errors import ConfigError
-from harness.overfit import Head
-from harness.run import run
+from harness.train.overfit import Head
+from harness.train.run import run
 from tests.conftest import PROBES_OFF, ROOT, run_command
 
 WORDS = [
@@ -125,7 +125,7 @@ def test_pieces_of_a_file_tokenize_as_the_whole_file(tmp_path):
 def test_bpe_is_trained_once_and_reused(corpus, tmp_path, monkeypatch):
     folder, _ = corpus
     first = ready(datamodule(folder, tmp_path / "data", BPE))
-    trained = first.tokenizer_dir / "tokenizer.json"
+    trained = first.corpus.tokenizer_dir / "tokenizer.json"
     stamp = trained.stat().st_mtime_ns
 
     def no_training(*args, **kwargs):
@@ -202,7 +202,7 @@ def test_an_interrupted_prepare_leaves_nothing_that_looks_whole(corpus, tmp_path
     monkeypatch.setattr(shards, "TASK_BYTES", (2000, 4000))  # several tasks: a pool of workers
     monkeypatch.setattr(shards, "encode_task", _failing_encode)
     dm = datamodule(folder, tmp_path / "data")
-    assert len(shards.plan(dm.files, dm.workers)) > 2
+    assert len(shards.plan(dm.corpus.files, dm.corpus.workers)) > 2
     with pytest.raises(RuntimeError, match="worker killed"):
         dm.prepare_data()
     assert not dm.dataset_dir.exists() and list(dm.dataset_dir.parent.iterdir()) == []

@@ -14,8 +14,8 @@ from harness import checks
 from harness.checks.preflight import run_preflight
 from harness.data import SyntheticDataModule, TextDataModule
 from harness.models.transformer import Transformer
-from harness.module import HarnessModule
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
+from harness.train.module import HarnessModule
 from tests.fork_data import BUGGY, CORRECT, build
 
 #: planted mistake -> (the row that fails, words its detail must hold: the cause named)

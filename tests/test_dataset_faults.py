@@ -71,7 +71,7 @@ def faulty(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_a_faulty_folder_is_one_short_line_naming_it(name, make_config, tmp_path):
-    from harness.run import run
+    from harness.train.run import run
 
     folder, expected = faulty(tmp_path, name)
     with pytest.raises(ConfigError) as err:
@@ -106,7 +106,7 @@ def test_a_huge_line_in_a_sweep_leaves_a_small_verdict(tmp_path, run_train):
 
 
 def test_the_empty_train_split_message_gives_a_fix_that_makes_sense():
-    from harness.overfit import OverfitData
+    from harness.train.overfit import OverfitData
 
     class Empty:
         train_dataset: list = []

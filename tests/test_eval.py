@@ -10,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
-from harness.run import run
+from harness.cli.task import perform
+from harness.train.run import run
 from tests.conftest import PROBES_OFF
 
 CORPUS = "\n".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(400))
@@ -50,7 +51,7 @@ def test_eval_measures_the_checkpoint_with_its_own_config(trained, make_config, 
     run_dir, trained_verdict = trained
     eval_dir = run_dir.parent / "second"
     # nothing about the model or the data given: they come from the checkpoint's run dir
-    verdict = run(
+    verdict = perform(
         make_config("mode=eval", "ckpt_path=last", "mode.samples=2", "mode.new_tokens=5", run_dir=eval_dir)
     )
     report = json.loads((eval_dir / "eval.json").read_text())
@@ -85,7 +86,7 @@ def test_eval_refuses_a_checkpoint_of_another_model(trained, make_config, tmp_pa
         run_dir=tmp_path / "eval",
     )
     with pytest.raises(ConfigError) as err:
-        run(cfg)
+        perform(cfg)
     assert str(err.value).startswith(f"ckpt_path={moved}") and "another model shape" in str(err.value), (
         err.value
     )
@@ -93,7 +94,7 @@ def test_eval_refuses_a_checkpoint_of_another_model(trained, make_config, tmp_pa
 
 def test_eval_needs_a_checkpoint(make_config):
     with pytest.raises(ConfigError) as err:
-        run(make_config("mode=eval"))
+        perform(make_config("mode=eval"))
     assert str(err.value).startswith("ckpt_path=None") and "mode=eval" in str(err.value), err.value
 
 
@@ -125,6 +126,6 @@ def test_the_lm_preset_trains_then_evaluates(make_config, tmp_path):
     assert trained["status"] == "DONE" and trained["model"] == "GPT" and trained["steps"] == 4
     (runs / "lm" / ".hydra").mkdir()
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, runs / "lm" / ".hydra" / "config.yaml")
-    run(make_config("mode=eval", "ckpt_path=last", run_dir=runs / "eval"))
+    perform(make_config("mode=eval", "ckpt_path=last", run_dir=runs / "eval"))
     report = json.loads((runs / "eval" / "eval.json").read_text())
     assert report["loss"] == pytest.approx(trained["val_loss"], rel=1e-5) and report["tokens"] == 8 * 16

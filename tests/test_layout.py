@@ -1,7 +1,7 @@
 """The project's layout: parts a fork may delete take nothing else with them.
 
 The probes are one such part (src/harness/probes/, conf/probes/, their tests test_probes.py and test_probe_plumbing.py): the config names
-their group as optional, harness.run builds them through the config's `_target_` alone, and no other module
+their group as optional, harness.train.run builds them through the config's `_target_` alone, and no other module
 or test imports them at module level. A copy of the project without them trains to PASS and its test suite
 still collects, and its tests run where they no longer reach for the probes."""
 

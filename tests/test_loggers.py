@@ -9,7 +9,7 @@ import struct
 import torch
 from pytorch_lightning.loggers import CSVLogger
 
-from harness.loggers import MetricsCSV
+from harness.train.loggers import MetricsCSV
 
 
 def _f32(value: str) -> float:

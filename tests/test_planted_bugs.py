@@ -28,13 +28,13 @@ from einops import rearrange
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-import harness.twins
+import harness.ops
 from harness import checks
 from harness.checks import FAIL, PASS, WARN
 from harness.checks.base import train_pass
 from harness.data import CharTokenizer, SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, Transformer
-from harness.twins import CausalAttention, Twin, max_difference, registered
+from harness.ops import CausalAttention, Twin, max_difference, registered
 
 VOCAB, BATCH, TIME, WIDTH = 11, 4, 8, 16
 CFG = {"seed": 0}
@@ -820,7 +820,7 @@ def test_no_false_alarm_on_builtin_twins():
 # 3. the twins: loop and vectorized agree on every registered twin, every test shape, value and gradient
 # ---------------------------------------------------------------------------------------------------------
 
-TWINS = registered()  # the built-in twins (importing harness.twins loaded them); planted ones come and go
+TWINS = registered()  # the built-in twins (importing harness.ops loaded them); planted ones come and go
 
 
 def test_builtin_twins_are_registered():
@@ -870,7 +870,7 @@ def test_twin_gradients_agree(cls):
 @pytest.mark.parametrize("cls", TWINS, ids=lambda cls: cls.__name__)
 def test_loop_version_warns_once_and_vectorized_never(cls, caplog):
     inputs = cls.example_inputs(torch.Generator().manual_seed(0), **cls.test_shapes[0])
-    with caplog.at_level(logging.WARNING, logger="harness.twins"):
+    with caplog.at_level(logging.WARNING, logger="harness.ops"):
         slow = cls(vectorize=False)
         slow(*inputs)
         slow(*inputs)
@@ -886,7 +886,7 @@ def test_loop_version_warns_once_and_vectorized_never(cls, caplog):
 
 
 def test_harness_twins_exports_every_builtin_twin():
-    exported = {getattr(harness.twins, name) for name in harness.twins.__all__}
+    exported = {getattr(harness.ops, name) for name in harness.ops.__all__}
     assert {cls for cls in TWINS if cls.__module__.startswith("harness.")} <= exported
 
 

@@ -11,10 +11,10 @@ import torch
 
 from harness.config import build
 from harness.errors import ConfigError
-from harness.module import HarnessModule
 from harness.probes import Probe, ProbeSet
 from harness.probes.norms import ParameterNorms
-from harness.run import run
+from harness.train.module import HarnessModule
+from harness.train.run import run
 from tests.fork_models import UnusedParamRNN
 from tests.test_probes import NormRecorder, _batches, _by_step, _fit, _rows
 

@@ -19,16 +19,16 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-from harness.faults import NonFiniteGuard
-from harness.loggers import build_loggers
-from harness.module import HarnessModule, position_stats
-from harness.plots import UNDERFLOW
 from harness.probes import ProbeSet
 from harness.probes.figures import grad_by_position_figure, legend_labels
 from harness.probes.histograms import summarize
 from harness.probes.norms import ParameterNorms, parameter_names
 from harness.probes.position import reach
-from harness.run import run
+from harness.report.plots import UNDERFLOW
+from harness.train.nonfinite import NonFiniteGuard
+from harness.train.loggers import build_loggers
+from harness.train.module import HarnessModule, position_stats
+from harness.train.run import run
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN
 

@@ -24,7 +24,7 @@ from harness import checks
 from harness.checks import FAIL, PASS, WARN
 from harness.data import SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, HFCausalLM, Transformer
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
 from tests import real_models as rm
 from tests.conftest import PROBES_OFF, train
 
@@ -429,7 +429,7 @@ def test_fail_line_labels_the_final_loss_and_the_goal(tmp_path, data_root):
     verdict = read_verdict(tmp_path / "run")
     assert verdict["status"] == "FAIL" and verdict["model"] == "LlamaForCausalLM", verdict
     lines = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"\bFAIL\b", line)]
-    line = next((line for line in lines if "harness.run" in line), None)
+    line = next((line for line in lines if "harness.train.run" in line), None)
     assert line is not None, lines
     assert "goal" in line.lower() and "loss" in line.lower(), line
     assert f"{verdict['final_loss']:.4f}" in line, (verdict["final_loss"], line)

@@ -73,7 +73,7 @@ def test_no_reference_to_the_old_name_is_left(renamed):
     assert not leftovers, "\n".join(leftovers[:20])
     assert f'name = "{NEW}"' in (renamed / "pyproject.toml").read_text()
     assert f"_target_: {NEW}.models.RNN" in (renamed / "conf" / "model" / "rnn.yaml").read_text()
-    assert f"-m {NEW}.bench" in (renamed / "Makefile").read_text()
+    assert f"-m {NEW}.data.prepare" in (renamed / "docs" / "configuration.md").read_text()
 
 
 def test_references_are_renamed_and_prose_is_kept():

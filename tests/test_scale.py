@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli import check_overrides
+from harness.cli.door import check_overrides
 from tests.conftest import PROBES_OFF, needs_probes, start_train, train, wait_for_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ GRADIENTS = textwrap.dedent('''
     from torch.utils.data import DataLoader
 
     from harness.models import RNN
-    from harness.module import HarnessModule
+    from harness.train.module import HarnessModule
     from harness.probes import ProbeSet
     from harness.probes.norms import ParameterNorms
 
@@ -165,7 +165,7 @@ def test_training_step_runs_the_compiled_graph_and_checkpoints_stay_plain(tmp_pa
     from torch.utils.data import DataLoader
 
     from harness.models import Transformer
-    from harness.module import HarnessModule
+    from harness.train.module import HarnessModule
 
     ids = torch.tensor([1, 2, 3, 4])
     batch = {"input_ids": ids, "targets": ids.roll(-1), "loss_mask": torch.ones(4, dtype=torch.bool)}
@@ -346,7 +346,7 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
     ],
 )
 def test_only_the_first_process_writes(env, rank_zero, launched, monkeypatch):
-    from harness.distributed import global_rank, started_by_lightning
+    from harness.train.devices import global_rank, started_by_lightning
 
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)

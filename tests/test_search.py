@@ -11,10 +11,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf, read_write
 
-from harness.cli import check_overrides, task
+from harness.cli.door import check_overrides
+from harness.cli.task import task
 from harness.config import validate
 from harness.errors import ConfigError
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
 from tests.conftest import CONF, PROBES_OFF
 
 TINY = [
@@ -51,7 +52,7 @@ def test_a_sweep_job_returns_its_optimized_metric(make_config, tmp_path):
     """What Optuna reads from each job: the number optimized_metric names, from verdict.json or the last value of
     that metrics.csv column; None where the job has no such number (Optuna records a failed trial and goes on,
     where a NaN would stop the whole sweep: optuna 2.10 refuses it)."""
-    from harness.search import metric_value
+    from harness.report.search import metric_value
 
     run_dir = tmp_path / "job"
     value = task(as_sweep_job(make_config(*TINY, "optimized_metric=val_loss", run_dir=run_dir)))

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.signals import Interrupted, SignalGate, loky_workers
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
+from harness.train.signals import Interrupted, SignalGate, loky_workers
 from tests.conftest import PROBES_OFF, ROOT
 
 FORK = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"

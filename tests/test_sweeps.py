@@ -19,14 +19,14 @@ from hydra import compose, initialize_config_dir
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from harness.cli import check_overrides
+from harness.cli.door import check_overrides
 from harness.config import validate
 from harness.data.format import is_whole
-from harness.report import COLUMNS, EXTRA, collect, write_summary
-from harness.report import main as report_main
-from harness.run import build
+from harness.report.summary import COLUMNS, EXTRA, collect, write_summary
+from harness.report.summary import main as report_main
+from harness.report.verdict import read_verdict
 from harness.seeding import seed_all
-from harness.verdict import read_verdict
+from harness.train.run import build
 from tests.conftest import CONF, PROBES_OFF, ROOT, needs_probes, train
 
 PNGS = ("grad_by_position.png", "reach.png", "loss.png")
@@ -59,7 +59,7 @@ def log_span(job_dir: Path) -> tuple[datetime, datetime]:
 
 def init_reach(make_config, model: str, length: int) -> float:
     """Gradient reach of the built-in `model` at initialization, built as train.py builds it (the real configs,
-    harness.run's order), on the first 4 validation examples of the first_token data of `length` (the
+    harness.train.run's order), on the first 4 validation examples of the first_token data of `length` (the
     grad_by_position probe also measures on 4 examples)."""
     position = pytest.importorskip("harness.probes.position", reason="a fork without src/harness/probes/")
     cfg = make_config(
@@ -255,8 +255,8 @@ def test_summary_of_a_job_that_died_without_a_verdict(failing_sweep, tmp_path):
 
 def test_underflow_is_written_as_zero_and_drawn(tmp_path):
     """reach 0.0 (an underflow) is the finding: written 0, not left empty, and drawn on the axis floor."""
-    from harness.plots import reach_by_length
-    from harness.report import Job, write_csv
+    from harness.report.summary import Job, write_csv
+    from harness.report.plots import reach_by_length
 
     def job(length: int, reach_init: float | None) -> Job:
         row = dict.fromkeys(COLUMNS + EXTRA)
@@ -453,6 +453,6 @@ def test_slurm_launcher_asks_for_the_configured_resources(tmp_path, data_root):
 
 def test_summary_is_importable_without_matplotlib_or_torch_cost():
     """Hydra instantiates the callback for every run (single runs too): importing it must stay cheap."""
-    code = "import sys, harness.report; print(sorted(m for m in ('matplotlib', 'torch') if m in sys.modules))"
+    code = "import sys, harness.report.summary; print(sorted(m for m in ('matplotlib', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

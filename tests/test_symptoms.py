@@ -14,17 +14,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from harness.module import HarnessModule
-from harness.run import exit_code, run
-from harness.symptoms import SUGGESTIONS, Symptom, judge
-from harness.verdict import Verdict
+from harness.report.symptoms import SUGGESTIONS, Symptom, judge
+from harness.report.verdict import Verdict
+from harness.train.module import HarnessModule
+from harness.train.run import exit_code, run
 from tests.conftest import compose_config, needs_probes
 from tests.sick_models import NegativeBiasReLU
 
 pytest.importorskip("harness.probes", reason="this project has no probes")  # a fork may delete them
 from harness.probes import ProbeSet  # noqa: E402
 from harness.probes.activations import Activations, kind_of  # noqa: E402
-from harness.probes.symptoms import blocks_of  # noqa: E402
+from harness.probes.detectors import blocks_of  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), needs_probes]
 

@@ -115,8 +115,8 @@ def test_tokenizer_group_reaches_corpus_data_as_plain_values(make_config, tmp_pa
     )
     assert cfg.tokenizer.kind == "bpe" and "_target_" not in cfg.tokenizer
     data = instantiate(cfg.data)  # Hydra hands the node over; nothing tries to instantiate it
-    assert data.tokenizer_cfg == {"kind": "bpe", "vocab_size": 300}
-    assert data.tokenizer_dir.name == "bpe300"
+    assert data.corpus.tokenizer_cfg == {"kind": "bpe", "vocab_size": 300}
+    assert data.corpus.tokenizer_dir.name == "bpe300"
     # the other sources keep their own character tokenizer, whatever the group says
     synthetic = make_config("data=synthetic", "tokenizer=char")
     assert "tokenizer" not in synthetic.data and synthetic.tokenizer.kind == "char"

@@ -18,9 +18,9 @@ import pytorch_lightning as pl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.faults import StopOnSignal
-from harness.run import run
-from harness.verdict import read_verdict
+from harness.report.verdict import read_verdict
+from harness.train.interrupt import StopOnSignal
+from harness.train.run import run
 from tests.conftest import CONF, PROBES_OFF
 
 TINY = ["n=1", "mode.max_steps=3", "preflight=false", "data.length=8", *PROBES_OFF]
@@ -52,7 +52,7 @@ def test_several_trackers_compose_side_by_side():
 def test_a_key_of_the_old_flat_layout_names_where_it_went(capsys, tmp_path, monkeypatch):
     """logger.mode=online was the wandb option's key before trackers could be combined: refused in one line
     that lists the keys under logger (wandb), where it lives now."""
-    from harness.cli import check_overrides
+    from harness.cli.door import check_overrides
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
@@ -181,7 +181,7 @@ def test_mlflow_holds_a_metric_whose_name_extends_another(tmp_path):
     metric is a file there, its name a path); the run dir's SQLite store can."""
     from mlflow.tracking import MlflowClient
 
-    from harness.loggers import mlflow_logger
+    from harness.train.loggers import mlflow_logger
 
     node = OmegaConf.create({"experiment": "harness", "run_name": None, "tracking_uri": None})
     logger = mlflow_logger(node, tmp_path, tags=[])
@@ -193,7 +193,7 @@ def test_mlflow_holds_a_metric_whose_name_extends_another(tmp_path):
 
 def test_a_tracker_name_that_does_not_exist_is_one_line(make_config, tmp_path):
     from harness.errors import ConfigError
-    from harness.loggers import build_loggers
+    from harness.train.loggers import build_loggers
 
     cfg = make_config(*TINY, "+logger.comet={project: x}")
     with pytest.raises(ConfigError, match=r"^logger.comet=.*no such tracker; choose among csv, tensorboard"):
@@ -220,7 +220,7 @@ def test_interrupted_job_run_again_in_its_dir_resumes_last_ckpt_and_wandb_run(
 ):
     """What a requeued SLURM job does: stopped by SIGUSR2 (INTERRUPTED, last.ckpt), then the same job in the same
     run dir continues from that checkpoint (no step trained twice) and logs to the same wandb and MLflow runs."""
-    from harness import modes
+    from harness.train import full as modes
 
     callbacks = modes.Full.callbacks
     once = [SignalAt(step=4)]
@@ -265,8 +265,8 @@ def test_interrupted_job_run_again_in_its_dir_resumes_last_ckpt_and_wandb_run(
 def test_only_an_interrupted_run_dir_is_continued(status, resumes, tmp_path):
     """A run dir whose verdict says INTERRUPTED and that holds checkpoints/last.ckpt is continued; a finished or
     failed run's dir, or one without the checkpoint, starts over."""
-    from harness.faults import interrupted_here
-    from harness.verdict import write_verdict
+    from harness.report.verdict import write_verdict
+    from harness.train.checkpoints import interrupted_here
 
     assert interrupted_here(tmp_path) is None
     write_verdict(tmp_path, {"status": status})

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from harness.batches import first_examples, first_rows, to_device, training_mode
+from harness.ops.loss import CrossEntropy, Loss, loss_of
 from harness.seeding import seed_all
-from harness.twins import MaskedCrossEntropy
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 #: a check that could not judge: what it needs is broken, and the row that says how is named in its detail
@@ -29,8 +29,15 @@ class CheckResult:
         return asdict(self)
 
 
-def masked_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
-    return MaskedCrossEntropy(vectorize=True)(logits, batch["targets"], batch["loss_mask"])
+def masked_loss(logits: torch.Tensor, batch: dict, loss: Loss | None = None) -> torch.Tensor:
+    """The run's loss (harness.ops.loss.loss_of(cfg); None: cross entropy) of `logits` on `batch`."""
+    return (loss or CrossEntropy())(logits, batch["targets"], batch["loss_mask"])
+
+
+def step_settings(cfg) -> tuple[int, float, Loss]:
+    """The seed, learning rate and loss of the run: what a check's training pass and optimizer step need."""
+    plain = cfg or {}
+    return int(plain.get("seed", 0)), float((plain.get("optim", None) or {}).get("lr", 1e-3)), loss_of(cfg)
 
 
 class SampleBatch(dict):
@@ -84,8 +91,9 @@ class TrainPass:
     changed: list[str] = field(default_factory=list)  # parameters the forward changed in place
 
 
-def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
-    """Seed, then one forward/backward in train mode, as a training step runs it (leaves no gradient)."""
+def train_pass(model: nn.Module, batch: dict, seed: int, loss_fn: Loss | None = None) -> TrainPass:
+    """Seed, then one forward/backward of `loss_fn` (None: cross entropy) in train mode, as a training step runs
+    it (leaves no gradient)."""
     batch = to_device(batch, model)
     shapes: list[tuple[str, torch.Size]] = []
 
@@ -105,7 +113,7 @@ def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
         with training_mode(model, training=True):
             logits = model(batch["input_ids"])
             changed = changed_since(model, before)
-            loss = masked_loss(logits, batch)
+            loss = masked_loss(logits, batch, loss_fn)
             try:
                 loss.backward()
             except RuntimeError:  # autograd refuses a weight changed in place after its use: no gradients
@@ -120,8 +128,9 @@ def train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
     return TrainPass(logits.detach(), loss.detach(), grads, head, changed)
 
 
-def shared_train_pass(model: nn.Module, batch: dict, seed: int) -> TrainPass:
-    return shared(batch, ("train", seed), model, lambda: train_pass(model, batch, seed))
+def shared_train_pass(model: nn.Module, batch: dict, seed: int, loss_fn: Loss | None = None) -> TrainPass:
+    key = ("train", seed, repr(loss_fn))
+    return shared(batch, key, model, lambda: train_pass(model, batch, seed, loss_fn))
 
 
 #: an integer type of each float type's width: a float tensor viewed as integers sums to a bit-level checksum

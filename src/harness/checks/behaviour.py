@@ -18,8 +18,10 @@ from harness.checks.base import (
     shared,
     shared_train_pass,
     shown,
+    step_settings,
     train_pass,
 )
+from harness.ops.loss import loss_of
 from harness.seeding import rng_state, seed_all
 
 
@@ -34,7 +36,7 @@ def init_loss(
     own targets is reported beside it."""
     logits = shared_eval_pass(model, batch)[0].float()
     batch = to_device(batch, model)
-    measured = masked_loss(logits, batch).item()
+    measured = masked_loss(logits, batch, loss_of(cfg)).item()
     at = logits[batch["loss_mask"]]  # [masked position, class]
     any_target = (at.logsumexp(dim=-1) - at.mean(dim=-1)).mean().item()
     expected = math.log(logits.shape[-1])
@@ -56,9 +58,9 @@ def init_loss(
 def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Two forward/backward passes after re-seeding give identical loss and gradients, and leave the
     parameters as they were."""
-    seed = int((cfg or {}).get("seed", 0))
-    first = shared_train_pass(model, batch, seed)
-    second = train_pass(model, batch, seed) if not first.changed else first
+    seed, _, loss = step_settings(cfg)
+    first = shared_train_pass(model, batch, seed, loss)
+    second = train_pass(model, batch, seed, loss) if not first.changed else first
     changed = first.changed or second.changed
     if changed:
         return CheckResult(
@@ -175,8 +177,8 @@ def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
 
 def twins(model=None, batch=None, cfg=None, shapes: int | None = 2, tolerance: float = 1e-4) -> CheckResult:
     """Every registered twin's loop and vectorized versions agree (on its first `shapes` test shapes)."""
-    import harness.twins  # noqa: F401  (loads the built-in twins)
-    from harness.twins import max_difference, registered
+    import harness.ops  # noqa: F401  (loads the built-in twins)
+    from harness.ops import max_difference, registered
 
     found = registered()
     worst = (0.0, "")

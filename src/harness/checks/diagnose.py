@@ -1,6 +1,6 @@
 """What a batch row decodes to, and when that is not its source, which known mistake the evidence fits: targets
 equal to the inputs or shifted by k, the label inside the input, a time-major layout, another vocabulary, a row
-that holds another example. The round trip (harness.checks.data) asks; each cause is one function of the batch.
+that holds another example. The round trip (harness.checks.roundtrip) asks; each cause is one function of the batch.
 
 A row is one example of a Batch: input_ids [time], targets [time], loss_mask [time]."""
 

@@ -16,29 +16,26 @@ from harness.checks.base import (
     CheckResult,
     shared_train_pass,
     shown,
+    step_settings,
     train_pass,
 )
-from harness.faults import first_nonfinite_module
+from harness.train.nonfinite import first_nonfinite_module
 
 
-def one_step(model: nn.Module, batch: dict, seed: int, lr: float, grads: dict | None = None) -> nn.Module:
+def one_step(
+    model: nn.Module, batch: dict, seed: int, lr: float, grads: dict | None = None, loss=None
+) -> nn.Module:
     """A copy of `model` after one optimizer step on `batch`: the first step of Adam moves every weight by
     about lr against the sign of its gradient. A zero-initialized part (a residual branch's output,
     LayerScale, adaLN-zero, the output head) blocks gradients or hides the input at step 0 by design, and no
     longer does after that step."""
-    grads = grads if grads is not None else shared_train_pass(model, batch, seed).grads
+    grads = grads if grads is not None else shared_train_pass(model, batch, seed, loss).grads
     stepped = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in stepped.named_parameters():
             if grads.get(name) is not None:
                 p -= lr * grads[name].sign()
     return stepped
-
-
-def step_settings(cfg) -> tuple[int, float]:
-    """The seed and learning rate of the run: what one_step needs."""
-    cfg = cfg or {}
-    return int(cfg.get("seed", 0)), float((cfg.get("optim", None) or {}).get("lr", 1e-3))
 
 
 def needed_to_learn(model: nn.Module, head: str | None) -> dict[str, str]:
@@ -58,8 +55,8 @@ def needed_to_learn(model: nn.Module, head: str | None) -> dict[str, str]:
 def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Every trainable parameter gets a finite gradient that is non-zero, or becomes so after one step;
     the token embedding and the output head are not frozen; other frozen parameters are a warning."""
-    seed, lr = step_settings(cfg)
-    found = shared_train_pass(model, batch, seed)
+    seed, lr, loss = step_settings(cfg)
+    found = shared_train_pass(model, batch, seed, loss)
     if found.changed:
         return CheckResult(
             "gradient_flow",
@@ -72,7 +69,7 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     zero = [n for n, g in grads.items() if g is not None and n not in nonfinite and not g.any()]
     blocked = []
     if zero:  # an exactly zero gradient that one step wakes is a zero-initialized branch, by design
-        after = train_pass(one_step(model, batch, seed, lr, grads), batch, seed).grads
+        after = train_pass(one_step(model, batch, seed, lr, grads, loss), batch, seed, loss).grads
         blocked = [n for n in zero if after[n] is None or not after[n].any()]
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     needed = needed_to_learn(model, head)
@@ -116,7 +113,8 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
 
 def finite(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """Logits, loss and gradients are finite at initialization; names the first module at fault."""
-    found = shared_train_pass(model, batch, step_settings(cfg)[0])
+    seed, _, loss = step_settings(cfg)
+    found = shared_train_pass(model, batch, seed, loss)
     if not torch.isfinite(found.logits).all():
         first_bad = first_nonfinite_module(model, to_device(batch, model)["input_ids"]) or "?"
         return CheckResult("finite", FAIL, f"module {first_bad!r} is the first to output a non-finite value")

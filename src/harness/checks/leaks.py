@@ -20,8 +20,9 @@ from harness.checks.base import (
     WeightsChanged,
     shared_train_pass,
     shown,
+    step_settings,
 )
-from harness.checks.gradients import one_step, step_settings
+from harness.checks.gradients import one_step
 from harness.checks.trace import examples, first_break, up_to
 
 #: a model ignores word order when swapping two tokens moves its logits by less than this fraction of what
@@ -50,8 +51,10 @@ def judged(name: str, judge, model: nn.Module, batch: dict, cfg) -> CheckResult:
     the logits of `ids`). Then, once, the same judgement on a copy after one optimizer step: a
     zero-initialized output hides the input at step 0 by design. None again: the model ignores its input,
     and VACUOUS says what that means here."""
-    seed, lr = step_settings(cfg)
-    found = shared_train_pass(model, batch, seed)  # its logits are those of a Runner: seeded, train mode
+    seed, lr, loss = step_settings(cfg)
+    found = shared_train_pass(
+        model, batch, seed, loss
+    )  # its logits are those of a Runner: seeded, train mode
     ids = to_device(batch, model)["input_ids"]
     try:
         if found.changed:
@@ -59,7 +62,7 @@ def judged(name: str, judge, model: nn.Module, batch: dict, cfg) -> CheckResult:
         result = judge(model, ids, Runner(model, seed), found.logits.float())
         if result is not None:
             return result
-        stepped = one_step(model, batch, seed, lr, found.grads)
+        stepped = one_step(model, batch, seed, lr, found.grads, loss)
         run = Runner(stepped, seed)
         result = judge(stepped, ids, run, run(ids))
     except WeightsChanged as err:

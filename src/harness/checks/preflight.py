@@ -15,7 +15,7 @@ from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_rows
 from harness.checks.reads import DataReads
 from harness.seeding import rng_state, set_rng_state
-from harness.signals import SIGNALS, Interrupted
+from harness.train.signals import SIGNALS, Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
         torch.set_num_threads(threads)
         set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
     model.zero_grad(set_to_none=True)
-    if caught:  # a signal ended the checks (harness.signals): the run stops with its verdict
+    if caught:  # a signal ended the checks (harness.train.signals): the run stops with its verdict
         raise caught[0]
     if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
         raise KeyboardInterrupt

@@ -1,20 +1,39 @@
-"""Data: tokenizers, one on-disk format, a synthetic generator, a text ingester, and token shards of a corpus."""
+"""Data: tokenizers, one on-disk format, a synthetic generator, a text ingester, and token shards of a corpus.
 
-from harness.data.corpus import CorpusDataModule
-from harness.data.dataset import CharDataset, DiskDataModule
-from harness.data.folder import FolderDataModule
-from harness.data.synthetic import SyntheticDataModule
-from harness.data.text import TextDataModule
-from harness.data.tokenizer import CharTokenizer, HFTokenizer, Tokenizer
+    tokenizer.py   the Tokenizer contract; char, a trained byte-level BPE, a tokenizer.json of your own
+    format.py      the one dataset format on disk (meta.json, train.jsonl, val.jsonl), written atomically
+    dataset.py     records -> Batch tensors, and the datamodule every built-in source shares
+    synthetic.py   random sequences of any length (practice P9);  text.py   characters of a text file
+    folder.py      a dataset folder of your own;  sampler.py   shuffling a checkpoint resumes mid-epoch
+    corpus.py      a corpus of files: which files, where its shards go (no torch)
+    shards.py      the corpus tokenized into shards, memory-mapped;  prepare.py   making them (no torch)
+    windows.py     the corpus's datamodule: windows of its token stream
+    rules.py       the ranges of the data keys, checked at the door
 
-__all__ = [
-    "CharDataset",
-    "CharTokenizer",
-    "CorpusDataModule",
-    "DiskDataModule",
-    "FolderDataModule",
-    "HFTokenizer",
-    "SyntheticDataModule",
-    "TextDataModule",
-    "Tokenizer",
-]
+Each datamodule is imported when first asked for (`harness.data.CorpusDataModule`): preparing a corpus
+(`python -m harness.data.prepare`) imports neither torch nor Lightning."""
+
+from __future__ import annotations
+
+import importlib
+
+#: name -> the module that defines it
+EXPORTS = {
+    "CharDataset": "harness.data.dataset",
+    "DiskDataModule": "harness.data.dataset",
+    "CorpusDataModule": "harness.data.windows",
+    "FolderDataModule": "harness.data.folder",
+    "SyntheticDataModule": "harness.data.synthetic",
+    "TextDataModule": "harness.data.text",
+    "CharTokenizer": "harness.data.tokenizer",
+    "HFTokenizer": "harness.data.tokenizer",
+    "Tokenizer": "harness.data.tokenizer",
+}
+
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(EXPORTS[name]), name)

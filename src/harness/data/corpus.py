@@ -4,10 +4,9 @@
         bpe4096/tokenizer.json                 tokenizer=bpe: the BPE trained on it, reused by every later run
         bpe4096/val0.1/meta.json, shard-*.bin  the tokens (harness.data.shards), for one tokenizer and split
 
-Prepared once, in parallel, atomically (a temporary folder renamed into place, under a lock: sweep jobs that
-start together wait for the first instead of racing it). A run reads windows of `length + 1` tokens through
-memory maps: training window i starts at a random place drawn from (seed, i) alone, so `Head` (overfit mode)
-and the resumable sampler index it like any dataset; validation windows are fixed and do not overlap."""
+Prepared once, in parallel, atomically (harness.data.prepare: a temporary folder renamed into place, under a
+lock: sweep jobs that start together wait for the first instead of racing it). This module says which files and
+folders (`Corpus`, no torch); harness.data.windows reads the shards as a datamodule."""
 
 from __future__ import annotations
 
@@ -21,12 +20,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch.utils.data import Dataset
-
-from harness.data import shards
-from harness.data.dataset import DiskDataModule, held_out_fraction
+from harness.data.rules import held_out_fraction
 from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
 from harness.errors import ConfigError
 
@@ -93,42 +87,10 @@ def window_start(seed: int, index: int, span: int) -> int:
     return (z ^ (z >> 31)) % span
 
 
-class Windows(Dataset):
-    """Windows of `length + 1` tokens of the range [begin, end) of a token stream. Items are dicts of the Batch
-    contract (lm: input_ids = window[:-1], targets = window[1:], every position in the mask); `record(i)` is
-    the window decoded, read from the shards apart from the tensors.
-
-    seed given: `(end - begin) // (length + 1)` windows, window i at a place drawn from (seed, i). seed None:
-    `count` non-overlapping windows spread evenly over the range, the same every time."""
-
-    def __init__(self, store, tokenizer, length: int, begin: int, end: int, seed=None, count=None):
-        self.store, self.tokenizer, self.width = store, tokenizer, length + 1
-        self.begin, self.end, self.seed = begin, end, seed
-        self.tiles = (end - begin) // self.width
-        self.count = self.tiles if seed is not None or count is None else min(count, self.tiles)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def start(self, i: int) -> int:
-        if not 0 <= i < self.count:
-            raise IndexError(i)
-        if self.seed is not None:
-            return self.begin + window_start(self.seed, i, self.end - self.begin - self.width + 1)
-        return self.begin + self.width * (i * self.tiles // self.count)
-
-    def __getitem__(self, i: int) -> dict:
-        window = torch.from_numpy(self.store.read(self.start(i), self.width).astype(np.int64))
-        loss_mask = torch.ones(self.width - 1, dtype=torch.bool)
-        return {"input_ids": window[:-1], "targets": window[1:], "loss_mask": loss_mask}
-
-    def record(self, i: int) -> dict:
-        return {"text": self.tokenizer.decode(self.store.read(self.start(i), self.width).tolist())}
-
-
-class CorpusDataModule(DiskDataModule):
-    """Next-token prediction on a corpus (see the module docstring); `tokenizer` is the tokenizer config node
-    (conf/tokenizer/*.yaml: char, bpe or hf)."""
+class Corpus:
+    """A corpus (see the module docstring) as data=corpus's keys describe it: its files, the tokenizer config node
+    (conf/tokenizer/*.yaml: char, bpe or hf), and the folders its tokenizer and shards go in. No torch: preparing
+    it (harness.data.prepare) needs none; harness.data.windows.CorpusDataModule reads it."""
 
     def __init__(
         self,
@@ -142,11 +104,9 @@ class CorpusDataModule(DiskDataModule):
         max_bytes: int | None = None,
         workers: int | None = None,
         seed: int = 0,
-        batch_size: int = 16,
         root: str = "data",
-        num_workers: int = 0,
     ):
-        super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
+        self.length, self.root = length, Path(root)
         held_out_fraction(val_fraction)
         for key, value in (
             ("val_windows", val_windows),
@@ -193,11 +153,11 @@ class CorpusDataModule(DiskDataModule):
         text = (self.tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
         return HFTokenizer.from_str(text, bos=END_OF_TEXT, eos=END_OF_TEXT)
 
-    def prepare_data(self) -> None:
+    def prepare(self) -> Path:
         """Tokenize the corpus into shards once (harness.data.prepare); a later call finds them and returns."""
         from harness.data.prepare import prepare
 
-        prepare(self)
+        return prepare(self)
 
     def load_tokenizer(self, meta: dict) -> CharTokenizer | HFTokenizer:
         """The tokenizer of the config, checked against the one the shards were made with (its fingerprint)."""
@@ -231,34 +191,3 @@ class CorpusDataModule(DiskDataModule):
                     f"the corpus holds {meta['tokens']} tokens, {part['tokens']} of them in the {split} split: fewer "
                     f"than one window of {self.length + 1}; use a shorter data.length, more files or another data.val_fraction",
                 )
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_dataset is not None:
-            return
-        meta = shards.read_meta(self.dataset_dir)
-        if meta is None:
-            raise ConfigError(
-                "data.root",
-                str(self.root),
-                f"no prepared corpus at {self.dataset_dir}: call prepare_data() first",
-            )
-        self.check_windows(meta)
-        self.tokenizer = self.load_tokenizer(meta)
-        store = shards.TokenStore(self.dataset_dir, meta)
-        train, val = meta["splits"]["train"], meta["splits"]["val"]
-        window = dict(store=store, tokenizer=self.tokenizer, length=self.length)
-        self.train_dataset = Windows(**window, begin=0, end=train["tokens"], seed=self.seed)
-        self.val_dataset = Windows(
-            **window, begin=val["start"], end=val["start"] + val["tokens"], count=self.val_windows
-        )
-
-    def unigram_entropy(self) -> float:
-        """Nats per token of the training tokens' unigram distribution: the best a model that ignores its
-        context can score. A language model that learns anything from context gets well below it."""
-        train, chunk = self.train_dataset, 1 << 24  # read in chunks: constant memory whatever the corpus size
-        counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
-        for start in range(train.begin, train.end, chunk):
-            tokens = train.store.read(start, min(chunk, train.end - start))
-            counts += np.bincount(tokens, minlength=counts.size)[: counts.size]
-        p = counts[counts > 0] / counts.sum()
-        return float(-(p * np.log(p)).sum())

@@ -40,15 +40,6 @@ def encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length:
     return {"input_ids": input_ids, "targets": targets, "loss_mask": loss_mask}
 
 
-def held_out_fraction(val_fraction: float) -> float:
-    """`data.val_fraction`, the share of a corpus held out for validation, if it lies strictly in (0, 1)."""
-    from harness.errors import ConfigError
-
-    if not 0 < val_fraction < 1:
-        raise ConfigError("data.val_fraction", val_fraction, "must lie strictly between 0 and 1 (try 0.1)")
-    return val_fraction
-
-
 class CharDataset(Dataset):
     """A split held as tensors. Items are dicts of the Batch keys without the batch axis;
     `record(i)` is the source record item i was made from (for the round-trip check)."""

@@ -42,8 +42,8 @@ def locked(path: Path):
 
 
 def prepare(data) -> Path:
-    """Make `data`'s (a CorpusDataModule) prepared folder unless a whole one is there; its path. A user
-    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
+    """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A
+    user mistake in the files is a ConfigError, and leaves nothing that looks whole."""
     folder, bpe = data.dataset_dir, data.tokenizer_cfg["kind"] == "bpe"
     with locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
         if shards.is_whole(folder) and (not bpe or (data.tokenizer_dir / "tokenizer.json").is_file()):
@@ -178,12 +178,32 @@ def describe(tokenizer) -> dict:
     }
 
 
+#: the data targets whose corpus is prepared without building a datamodule (no torch, no Lightning)
+CORPUS_TARGETS = ("harness.data.CorpusDataModule", "harness.data.windows.CorpusDataModule")
+
+
+def corpus_of(node):
+    """The Corpus a data config node describes (its keys less the loaders'), for data=corpus; else None."""
+    from omegaconf import OmegaConf
+
+    from harness.data.corpus import Corpus
+
+    if node.get("_target_") not in CORPUS_TARGETS:
+        return None
+    keys = OmegaConf.to_container(node, resolve=True)
+    for loader_key in ("_target_", "batch_size", "num_workers"):
+        keys.pop(loader_key, None)
+    return Corpus(**keys)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data."""
+    """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data: a corpus
+    without torch or Lightning; another source by its datamodule's prepare_data()."""
     from hydra import compose, initialize_config_dir
 
-    from harness.cli import _die, _explain, base_of
     from harness.config import build, validate
+    from harness.config.explain import base_of, explain
+    from harness.errors import die
 
     overrides = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -192,18 +212,21 @@ def main(argv: list[str] | None = None) -> None:
         try:
             cfg = compose(config_name="train", overrides=overrides)
         except Exception as err:  # the keys to list are those of the groups chosen (data=corpus's)
-            _die(_explain(err, overrides, base_of(overrides, [])), err)
+            die(explain(err, overrides, base_of(overrides, [])), err)
     try:
         validate(cfg, devices=False)
-        data = build(cfg.data, "data")
-        data.prepare_data()
+        data = corpus_of(cfg.data) or build(cfg.data, "data")  # a corpus, or another source's datamodule
+        if hasattr(data, "prepare"):
+            data.prepare()
+        else:
+            data.prepare_data()
         folder = getattr(data, "dataset_dir", None)  # every built-in source has one; a fork's may not
         if folder is not None and shards.read_meta(folder) and not shards.is_whole(folder, checksums=True):
             raise ConfigError(
                 "data.root", cfg.data.root, f"{folder} fails its checksums; delete it, run again"
             )
     except ConfigError as err:
-        _die(str(err), err)
+        die(str(err), err)
     print(folder or "prepared")
 
 

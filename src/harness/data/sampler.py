@@ -59,7 +59,7 @@ class EpochPermutation(DistributedSampler):
 class ResumableLoader(DataLoader):
     """A shuffled DataLoader whose position survives a checkpoint. Lightning fetches one batch ahead
     and may not exhaust an epoch's iterator, so the position saved is the fit loop's own count of
-    batches trained on (kept current by harness.faults.ResumeState), and the epoch is Lightning's."""
+    batches trained on (kept current by harness.train.checkpoints.ResumeState), and the epoch is Lightning's."""
 
     def __init__(self, dataset, batch_size: int, seed: int, drop_last: bool, **kwargs):
         self.order = EpochPermutation(len(dataset), seed)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.data.dataset import DiskDataModule, held_out_fraction
+from harness.data.dataset import DiskDataModule
+from harness.data.rules import held_out_fraction
 from harness.errors import ConfigError
 
 

@@ -1,9 +1,31 @@
 """Built-in models. Each meets the Model contract of docs/contracts.md: built with `vocab_size` injected,
-`forward(input_ids Long[b, time]) -> logits [b, time, vocab]`, causal, with a `token_embedding`."""
+`forward(input_ids Long[b, time]) -> logits [b, time, vocab]`, causal, with a `token_embedding`.
 
-from harness.models.gpt import GPT
-from harness.models.hf import HFCausalLM
-from harness.models.recurrent import LSTM, RNN
-from harness.models.transformer import Transformer
+    transformer.py   the small transformer (the default); its attention is harness.ops.CausalAttention
+    recurrent.py     RNN and LSTM, the simple substitutes (harness.ops's scans)
+    gpt.py           a real GPT (nanoGPT's shape, sizes tiny to GPT-2 small)
+    hf.py            any Hugging Face causal LM architecture, random init
+    rules.py         the ranges of their keys, checked at the door
 
-__all__ = ["GPT", "HFCausalLM", "LSTM", "RNN", "Transformer"]
+Each is imported when first asked for (`harness.models.GPT`): the door reads rules.py without torch."""
+
+from __future__ import annotations
+
+import importlib
+
+#: name -> the module that defines it
+EXPORTS = {
+    "GPT": "harness.models.gpt",
+    "HFCausalLM": "harness.models.hf",
+    "LSTM": "harness.models.recurrent",
+    "RNN": "harness.models.recurrent",
+    "Transformer": "harness.models.transformer",
+}
+
+__all__ = sorted(EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(EXPORTS[name]), name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.twins import LSTMScan, TanhScan
+from harness.ops import LSTMScan, TanhScan
 
 
 class RNN(nn.Module):

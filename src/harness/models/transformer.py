@@ -9,7 +9,7 @@ from einops import rearrange
 from torch import nn
 
 from harness.models.gpt import gpt2_init
-from harness.twins import CausalAttention
+from harness.ops import CausalAttention
 
 
 class SelfAttention(nn.Module):

@@ -23,7 +23,7 @@ where it logs nothing. See docs/contracts.md, Probe; a fork's own: docs/extendin
     watch.py        wandb.watch, on request
     figures.py      the run's figures (matplotlib, imported only when one is drawn)
 
-Nothing outside this folder imports it (bar its own benchmark, harness.bench.probes): delete it and
+Nothing outside this folder imports it (bar its own benchmark, benchmarks.probes): delete it and
 conf/probes/, and train.py runs without probes."""
 
 from harness.probes.base import Probe, RunInfo

@@ -1,17 +1,18 @@
 """What every probe is: `Probe`, a Lightning callback with a period (`every`, `due(step)`), the run it is in
-(`RunInfo`) and the shared metric sink (emit.py), both handed over by the one ProbeSet callback it runs in
+(`RunInfo`) and the shared metric sink (sink.py), both handed over by the one ProbeSet callback it runs in
 (probeset.py). A built-in probe and a fork's own are the same kind of thing, configured the same way (a
 `_target_` entry of conf/probes/default.yaml, built by build.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
 
 from harness.errors import ConfigError
-from harness.probes.emit import MetricSink
+from harness.ops.loss import CrossEntropy, Loss
+from harness.probes.sink import MetricSink
 
 
 def due(step: int, every: int | None) -> bool:
@@ -33,12 +34,14 @@ def whole(name: str, value, minimum: int, hint: str, optional: bool = False):
 class RunInfo:
     """What a probe may know of the run it watches. `run_dir`: where its files go (None: write none);
     `data`: the set-up datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit (a
-    handful of examples, re-seeded every step); `plots`: draw the PNGs into `run_dir` at the end."""
+    handful of examples, re-seeded every step); `plots`: draw the PNGs into `run_dir` at the end; `loss`: the run's
+    loss (harness.ops.loss), what every probe measures a loss with."""
 
     run_dir: Path | None = None
     data: object = None
     overfit: bool = False
     plots: bool = True
+    loss: Loss = field(default_factory=CrossEntropy)
 
     def file(self, name: str, plot: bool = False) -> Path | None:
         """`run_dir / name`, or None where nothing is to be written there (no run dir; a plot with plots off)."""
@@ -82,5 +85,5 @@ class Probe(pl.Callback):
         return due(step, self.every)
 
     def verdict_items(self) -> dict:
-        """What this probe adds to verdict.json (merged into it by harness.run at the end of the run)."""
+        """What this probe adds to verdict.json (merged into it by harness.train.run at the end of the run)."""
         return {}

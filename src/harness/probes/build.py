@@ -1,6 +1,6 @@
 """The probes of a run, built from the `probes` config node (conf/probes/default.yaml) by one loop: every
 entry with a `_target_`, a built-in probe or a fork's own (beside the built-ins or under `extra`), is built
-by Hydra the same way. harness.run knows only the node's own `_target_`, `from_config`.
+by Hydra the same way. harness.train.run knows only the node's own `_target_`, `from_config`.
 
 An entry's keys are its class's arguments, plus two the builder reads: `full` (also built in mode=full;
 default true) and `enabled` (false leaves it out; default true). A `Probe` runs inside the one ProbeSet
@@ -30,15 +30,16 @@ ALIASES = {"layers": "norms"}
 BUILDER_KEYS = ("full", "enabled")
 
 
-def from_config(run_dir: Path, data, overfit: bool, **sections) -> list[pl.Callback]:
+def from_config(run_dir: Path, data, overfit: bool, loss=None, **sections) -> list[pl.Callback]:
     """build_probes for the `probes` config node, which names this function as its `_target_`."""
-    return build_probes(OmegaConf.create(sections), run_dir=run_dir, data=data, overfit=overfit)
+    return build_probes(OmegaConf.create(sections), run_dir=run_dir, data=data, overfit=overfit, loss=loss)
 
 
-def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl.Callback]:
+def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None) -> list[pl.Callback]:
     """The probes `cfg` (the `probes` config node) turns on for this run: every Probe in one ProbeSet callback
     (cheaper than one callback a probe), then the plain callbacks; [] when off. `data`: the set-up
-    datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit, which turns every probe on."""
+    datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit, which turns every probe on;
+    `loss`: the run's loss (harness.ops.loss; None: cross entropy)."""
     if not cfg.get("enabled", True):
         return []
     cfg = with_aliases(cfg)
@@ -53,6 +54,8 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool) -> list[pl
             callbacks.append(built)
     run_dir = None if run_dir is None else Path(run_dir)
     run = RunInfo(run_dir=run_dir, data=data, overfit=overfit, plots=bool(cfg.get("plots", True)))
+    if loss is not None:
+        run.loss = loss
     return [ProbeSet(probes, run), *callbacks] if probes else callbacks
 
 

@@ -68,7 +68,9 @@ class GradByPosition(Probe):
             return None
         device = pl_module.device
         with own_randomness(device):
-            norms = input_grad_by_position(pl_module.model, {k: v.to(device) for k, v in self.batch.items()})
+            norms = input_grad_by_position(
+                pl_module.model, {k: v.to(device) for k, v in self.batch.items()}, self.run.loss
+            )
         norms = norms.tolist()
         step = trainer.global_step
         self.profiles[step] = norms

@@ -160,11 +160,7 @@ class Datapoints(Probe):
     def predict(self, model, device: torch.device, step: int) -> list[list]:
         batch = {k: v.to(device) for k, v in self.batch.items()}
         logits = model(batch["input_ids"])
-        losses = F.cross_entropy(
-            rearrange(logits.float(), "b time vocab -> b vocab time"), batch["targets"], reduction="none"
-        )
-        mask = batch["loss_mask"]
-        loss = ((losses * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)).tolist()
+        loss = self.run.loss.per_example(logits.float(), batch["targets"], batch["loss_mask"]).tolist()
         predictions = logits.argmax(dim=-1).tolist()
         ids, targets, masks = (self.batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))  # host
         return [

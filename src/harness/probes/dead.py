@@ -12,10 +12,10 @@ from einops import rearrange
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.faults import NonFiniteGuard
 from harness.probes.base import Probe, whole
 from harness.probes.norms import find_guard, gradient_norms, parameter_names
-from harness.symptoms import Symptom
+from harness.report.symptoms import Symptom
+from harness.train.nonfinite import NonFiniteGuard
 
 
 def dead_threshold(dtype: torch.dtype, threshold: float | None) -> float:

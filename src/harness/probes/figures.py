@@ -1,12 +1,12 @@
 """A run's figures, drawn by the probes: p_correct.png, embeddings.png, grad_by_position.png (the sweep's
-are harness.plots, which owns the underflow marker both draw). matplotlib is imported only when a figure is
+are harness.report.plots, which owns the underflow marker both draw). matplotlib is imported only when a figure is
 made; figures are drawn on the Agg canvas directly (no pyplot: no global figure registry, no GUI backend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.plots import log_lines_with_zeros
+from harness.report.plots import log_lines_with_zeros
 
 
 def figure(width: float = 6.0, height: float = 4.0):
@@ -75,7 +75,7 @@ def grad_by_position_figure(series: dict[str, list[float]]):
     """‖∂L/∂e_t‖ against position t, log scale, one line per series (e.g. "init", "step 50", "final").
 
     A norm that underflowed to exactly 0 has no place on a log axis: it is drawn as a marker on the axis
-    floor, labelled "0 (underflow)" (harness.plots.UNDERFLOW), rather than dropped."""
+    floor, labelled "0 (underflow)" (harness.report.plots.UNDERFLOW), rather than dropped."""
     fig = figure(7, 4)
     ax = fig.subplots()
     log_lines_with_zeros(ax, series)

@@ -10,9 +10,9 @@ import logging
 
 import torch
 
-from harness.module import step_stats
 from harness.probes.base import Probe
 from harness.probes.emit import has_tracker, log_image
+from harness.train.module import step_stats
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 def logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool) -> torch.Tensor:
     """Float[3 (+ b)]: p(correct), entropy (nats) and top-1 mass over the batch's masked positions (positions
     averaged, as train/ does), then, with `per_example`, each example's p(correct), from the step's
-    position_stats (harness.module). Stays on the device."""
+    position_stats (harness.train.module). Stays on the device."""
     mask = loss_mask.float()
     sums = (stats[:3] * mask).sum(dim=-1)  # [stat, b]
     counts = mask.sum(dim=-1)

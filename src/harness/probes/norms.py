@@ -18,8 +18,8 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from harness.faults import NonFiniteGuard
 from harness.probes.base import Probe, due, whole
+from harness.train.nonfinite import NonFiniteGuard
 
 
 def parameter_names(module: nn.Module) -> list[tuple[str, nn.Parameter]]:

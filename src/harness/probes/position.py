@@ -8,11 +8,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.twins import MaskedCrossEntropy
+from harness.ops.loss import CrossEntropy, Loss
 
 
-def input_grad_by_position(model: nn.Module, batch: dict) -> torch.Tensor:
-    """‖∂L/∂e_t‖ for each position t, where e = model.token_embedding(input_ids) and L the masked loss.
+def input_grad_by_position(model: nn.Module, batch: dict, loss_fn: Loss | None = None) -> torch.Tensor:
+    """‖∂L/∂e_t‖ for each position t, where e = model.token_embedding(input_ids) and L the run's loss (`loss_fn`;
+    None: cross entropy).
 
     Norm over the batch and embedding axes: returns Float[time] (on the model's device). Parameter
     gradients are left untouched (torch.autograd.grad, not backward), so it is safe mid-training."""
@@ -23,7 +24,7 @@ def input_grad_by_position(model: nn.Module, batch: dict) -> torch.Tensor:
     try:
         with torch.enable_grad():
             logits = model(batch["input_ids"])
-            loss = MaskedCrossEntropy(vectorize=True)(logits, batch["targets"], batch["loss_mask"])
+            loss = (loss_fn or CrossEntropy())(logits, batch["targets"], batch["loss_mask"])
             (grad,) = torch.autograd.grad(loss, captured[0])
     finally:
         handle.remove()

@@ -17,7 +17,7 @@ import inspect
 import pytorch_lightning as pl
 
 from harness.probes.base import Probe, RunInfo
-from harness.probes.emit import MetricSink
+from harness.probes.sink import MetricSink
 
 
 def hooks() -> tuple[str, ...]:

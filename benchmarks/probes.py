@@ -1,0 +1,355 @@
+"""What the probes cost: the step time of a real Lightning training step with every probe on (their default
+frequencies) over the same step with none, and the same for `wandb.watch(model, log="all", log_freq=10)`; and
+what the symptoms add (`symptoms`: every probe over every probe but the activations probe and the detectors).
+
+How: each comparison runs in one Trainer, fitting in a thread of its own and parked at the start of every batch
+by a `Gate` callback. `Bench.run(variant, steps)` switches the variant on (the probes' callback in or out of
+the Trainer's list; wandb.watch on or off the model), then lets `steps` batches through, each a whole loop
+iteration: data fetch, every callback hook, forward, backward, optimizer step, logging. The variants take
+turns every CHUNK steps (see `compare`), so that the machine's slow and fast seconds fall on both, and each
+ratio is the median over repetitions of on/off. Both matter on a shared machine: two identical Trainers there
+differ by up to ±8% (memory placement, each thread's history), and the same Trainer's step time drifts by tens
+of percent over a minute when a neighbour gets busy, while the small model's target is 2%.
+
+Setup: language modelling on random tokens (every position in the loss: the most logit work), the harness's
+own CSV logger (metrics.csv, flushed every logged step) and its always-on callbacks (non-finite guard, resume
+state), mode=full's log_every_n_steps=10 for Lightning's own metrics, no validation. `probes` is the
+overfit-mode set (all probes, per-example logit mass and the re-seeding hashes included): mode=full runs a
+subset of it. The details file adds the milliseconds a step spends inside the probes' own hooks (an estimate
+that the machine's noise moves less: it leaves out Lightning's dispatch and what the probes' memory traffic
+costs the step, and bills the logit statistics that the module, logging every 10th step, would take there
+anyway), and the floor (see Floor)."""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from einops import rearrange
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+
+from benchmarks import OUT, write
+from harness.data.dataset import CharDataset
+from harness.data.tokenizer import CharTokenizer
+from harness.models import Transformer
+from harness.probes import build_probes
+from harness.train.checkpoints import ResumeState
+from harness.train.nonfinite import NonFiniteGuard
+from harness.train.loggers import build_loggers
+from harness.train.module import HarnessModule, step_stats
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "probes" / "default.yaml"
+MODELS = {  # the two reference models: (model kwargs, batch size)
+    "tiny": (dict(d_model=32, layers=2, heads=4, max_len=32), 4),
+    "small": (dict(d_model=128, layers=4, heads=4, max_len=128), 16),
+}
+VOCAB = 256
+TARGETS = {"tiny": 1.10, "small": 1.02}  # probes on / off, at most
+SYMPTOM_PROBES = ("activations", "symptoms")  # what the symptoms add to the probes
+SYMPTOMS_TARGET = 1.02  # every probe / every probe but those, at most
+INNER = 100  # steps of each variant per repetition: a multiple of every default period (1, 10, 50, 100)
+WATCH_INNER = 20  # the same for wandb.watch (log_freq 10)
+CHUNK = 10  # steps run in one variant before switching to the other
+HOOKS = ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end")  # the per-step ones
+
+
+class RandomTokens(pl.LightningDataModule):
+    """Next-token prediction on random tokens over `VOCAB` characters, held in memory."""
+
+    def __init__(self, length: int, batch_size: int, size: int = 2048, seed: int = 0):
+        super().__init__()
+        rng = random.Random(seed)
+        self.tokenizer = CharTokenizer("".join(chr(0x100 + i) for i in range(VOCAB)))  # printable, distinct
+        records = [
+            {"text": "".join(rng.choice(self.tokenizer.alphabet) for _ in range(length + 1))}
+            for _ in range(size)
+        ]
+        self.train_dataset = CharDataset(records, self.tokenizer, "lm", length)
+        self.val_dataset = CharDataset(records[:64], self.tokenizer, "lm", length)
+        self.batch_size = batch_size
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_dataset, batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+
+class Gate(pl.Callback):
+    """Parks the fit loop at the start of every batch, before the other callbacks' batch start (it comes
+    first); `step()` lets one batch through and waits until the loop is parked at the next: all of a batch's
+    work, its logging after the callbacks' batch end included, falls between two parks."""
+
+    def __init__(self):
+        self.go, self.arrived = threading.Semaphore(0), threading.Semaphore(0)
+        self.open = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self.open:
+            self.arrived.release()
+            self.go.acquire()
+
+    def step(self) -> None:
+        self.go.release()
+        self.arrived.acquire()
+
+
+def timed_hooks(callbacks: list, clock: list[float]) -> list:
+    """`callbacks`, each per-step hook wrapped to add the seconds spent in it to clock[0]: the probes' own
+    share of a step, a second figure beside the ratio."""
+    for callback in callbacks:
+        for hook in HOOKS:
+            inner = getattr(callback, hook)
+
+            def timed(*args, inner=inner, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    clock[0] += time.perf_counter() - started
+
+            setattr(callback, hook, timed)
+    return callbacks
+
+
+class Bench:
+    """One Trainer fitting in its own thread, run a block of batches at a time in one variant or another.
+
+    `switches`: variant -> a function that turns the variant on (it gets this Bench). The Trainer starts with
+    `callbacks` (every variant's, so that each sees fit and train start)."""
+
+    def __init__(self, name: str, model_name: str, callbacks: list, loggers: list, switches: dict):
+        kwargs, batch_size = MODELS[model_name]
+        torch.manual_seed(0)
+        self.module = HarnessModule(Transformer(vocab_size=VOCAB, **kwargs))
+        self.data = RandomTokens(kwargs["max_len"], batch_size)
+        self.base = [NonFiniteGuard(), ResumeState()]  # what every harness run has
+        self.gate, self.switches, self.current = Gate(), switches, None
+        self.trainer = pl.Trainer(
+            max_steps=-1,
+            max_epochs=-1,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            log_every_n_steps=10,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator=os.environ.get("BENCH_ACCELERATOR", "cpu"),  # gpu: scripts/gpu_check.sh
+            devices=1,
+            logger=loggers,
+            callbacks=[self.gate, *self.base, *callbacks],
+            default_root_dir=OUT / "probes_runs" / model_name / name,
+        )
+        self.thread = threading.Thread(
+            target=self.trainer.fit, args=(self.module,), kwargs={"datamodule": self.data}, daemon=True
+        )
+        assert self.trainer.callbacks[0] is self.gate, "the gate must run first"
+        self.thread.start()
+        self.gate.arrived.acquire()  # parked at the start of the first batch
+
+    def use(self, callbacks: list) -> None:
+        """Run the next batches with `callbacks` besides the harness's own. The list is changed in place while
+        the loop is parked in the gate, the first of it: Lightning, iterating over that list, goes on from the
+        second entry of the new one, so the whole of the next batch runs the new variant."""
+        self.trainer.callbacks[:] = [self.gate, *self.base, *callbacks]
+
+    def run(self, variant: str, steps: int) -> float:
+        """Seconds for `steps` batches of `variant`."""
+        if variant != self.current:
+            self.switches[variant](self)
+            self.current = variant
+        started = time.perf_counter()
+        for _ in range(steps):
+            self.gate.step()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.trainer.should_stop = True
+        self.gate.open = True
+        self.gate.go.release()
+        self.thread.join()
+
+
+def compare(bench: Bench, on: str, off: str, reps: int, inner: int) -> dict:
+    """time(on) / time(off) over `reps` repetitions of `inner` steps each: median, min, max, and the
+    milliseconds a step takes in each.
+
+    A repetition is 2 * `inner` steps starting at a multiple of `inner`, in chunks of CHUNK steps alternating
+    between the variants, the order flipped halfway: each variant gets `inner` steps whose step numbers are
+    spread as a run's are (one in CHUNK a multiple of CHUNK, one in `inner` a multiple of `inner`, ...), so
+    each carries its share of the every-K probes, and the machine's slower and faster seconds fall on both."""
+    chunks = inner // CHUNK
+    bench.run(off, -bench.trainer.global_step % inner)  # to the start of a repetition
+    ratios, seconds = [], {on: 0.0, off: 0.0}
+    for _ in range(reps):
+        times = {on: 0.0, off: 0.0}
+        for chunk in range(2 * chunks):
+            variant = on if (chunk % 2 == 0) == (chunk < chunks) else off
+            times[variant] += bench.run(variant, CHUNK)
+        ratios.append(times[on] / times[off])
+        for variant, t in times.items():
+            seconds[variant] += t
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "reps": reps,
+        "ms_per_step": {v: round(1e3 * t / (reps * inner), 3) for v, t in seconds.items()},
+    }
+
+
+class Floor(pl.Callback):
+    """The least that per-layer gradient and weight norms and the logit statistics (items the probes must do
+    every step) can cost a step: the gradients' norms (the guard's, reused), the weights' in one call, the
+    logits' statistics, one transfer to the host, and nothing logged. What lies between this and no probes,
+    no work on the probes' own code can remove."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.params = list(pl_module.parameters())
+        self.guard = next(cb for cb in trainer.callbacks if isinstance(cb, NonFiniteGuard))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.norms = [*self.guard.checked[1], *torch._foreach_norm(self.params)]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        stats = step_stats(outputs, batch)
+        torch.cat([rearrange(self.norms, "param -> param"), stats.mean(dim=(1, 2))]).tolist()
+
+
+def probes_bench(model_name: str, clocks: dict[str, list[float]]) -> Bench:
+    """A Trainer with the CSV logger, switching between no probes, every probe and the floor (the hooks of
+    each on its own clock in `clocks`)."""
+    runs = OUT / "probes_runs" / model_name / "probes"
+    runs.mkdir(parents=True, exist_ok=True)
+    loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
+    kwargs, batch_size = MODELS[model_name]
+    data, everything = RandomTokens(kwargs["max_len"], batch_size), OmegaConf.load(CONF)
+    probes = timed_hooks(build_probes(everything, run_dir=runs, data=data, overfit=True), clocks["probes"])
+    # every probe but what the symptoms add (the activations probe and the detectors): their cost, side by side
+    without = OmegaConf.merge(everything, {name: None for name in SYMPTOM_PROBES})
+    lean = build_probes(without, run_dir=runs, data=data, overfit=True)
+    floor = timed_hooks([Floor()], clocks["floor"])
+    switches: dict[str, Callable] = {
+        "off": lambda b: b.use([]),
+        "probes": lambda b: b.use(probes),
+        "without_symptoms": lambda b: b.use(lean),
+        "floor": lambda b: b.use(floor),
+    }
+    return Bench("probes", model_name, [*probes, *lean, *floor], loggers, switches)
+
+
+def watch_bench(model_name: str) -> Bench:
+    """A Trainer with the CSV and wandb loggers, switching wandb.watch(log="all", log_freq=10) on and off."""
+    import wandb
+    from pytorch_lightning.loggers import WandbLogger
+
+    runs = OUT / "probes_runs" / model_name / "wandb"
+    runs.mkdir(parents=True, exist_ok=True)
+    loggers = [
+        *build_loggers(OmegaConf.create({"name": "csv"}), runs),
+        WandbLogger(save_dir=str(runs), project="harness-bench", offline=True),
+    ]
+
+    def watch(bench: Bench) -> None:
+        # idx=0: the same metric names at every switch, as one watch in a run has (a new call counts up)
+        wandb.watch(bench.module.model, log="all", log_freq=10, idx=0)
+
+    def unwatch(bench: Bench) -> None:
+        if bench.current == "wandb_watch":
+            wandb.unwatch(bench.module.model)
+
+    return Bench("wandb", model_name, [], loggers, {"off": unwatch, "wandb_watch": watch})
+
+
+def measure(model_name: str, reps: int) -> dict:
+    """{variant: compare() result against no probes} for one reference model, with the milliseconds a step
+    spends inside the variant's own hooks and their share of a step without probes (`hooks_share`)."""
+    clocks = {"probes": [0.0], "floor": [0.0]}
+    results = {}
+    bench = probes_bench(model_name, clocks)
+    try:
+        bench.run("probes", INNER // 5)  # past the one-off costs: first steps, lazy imports
+        bench.run("off", INNER // 5)
+        for variant, variant_reps in (("probes", reps), ("floor", max(3, reps // 2))):
+            clocks[variant][0] = 0.0
+            result = compare(bench, variant, "off", variant_reps, INNER)
+            hooks_ms = 1e3 * clocks[variant][0] / (variant_reps * INNER)
+            result["hooks_ms_per_step"] = round(hooks_ms, 3)
+            result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 4)
+            results[variant] = result
+        # a 2% target on a figure the machine moves by more: three times the repetitions
+        results["symptoms"] = compare(bench, "probes", "without_symptoms", 3 * reps, INNER)
+    finally:
+        bench.close()
+    bench = watch_bench(model_name)
+    try:
+        bench.run("wandb_watch", WATCH_INNER)
+        # blocks of 2 of its logging periods: enough for a per-step cost, and a fifth of the time
+        results["wandb_watch"] = compare(bench, "wandb_watch", "off", reps, WATCH_INNER)
+    finally:
+        bench.close()
+        import wandb
+
+        wandb.finish()
+    return results
+
+
+def main(reps: int = 5, models: tuple[str, ...] = tuple(MODELS), threads: int | None = 1) -> dict:
+    """Measure, write outputs/bench/probes.json (+ .details.json), return {figure: (value, target met)}.
+
+    One torch thread by default: on a shared machine a second thread waits on whatever else runs there, and
+    that noise (±10% and more on a 2-core machine) is larger than the 2% the small model's target allows.
+    threads=None keeps torch's default."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    os.environ["WANDB_MODE"] = "offline"  # before wandb is imported: no network
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_DIR", str(OUT / "probes_runs"))
+    figures, details, out = {}, {}, {}
+    for model_name in models:
+        results = measure(model_name, reps)
+        figures[model_name] = {
+            "probes": round(results["probes"]["median"], 3),
+            "symptoms": round(results["symptoms"]["median"], 3),
+            "wandb_watch": round(results["wandb_watch"]["median"], 3),
+        }
+        details[model_name] = {
+            "model": MODELS[model_name][0],
+            "batch_size": MODELS[model_name][1],
+            "vocab": VOCAB,
+            **results,
+        }
+        target = TARGETS[model_name]
+        ratio, hooks = figures[model_name]["probes"], round(1 + results["probes"]["hooks_share"], 3)
+        # the probes' own hook time as a ratio: an estimate of their cost that the machine's noise moves less
+        # than the ratio of step times; the target counts as met only when both are within it
+        out[f"{model_name}/probes"] = (ratio, ratio <= target and hooks <= target)
+        out[f"{model_name}/probe_hooks"] = (hooks, hooks <= target)
+        out[f"{model_name}/floor"] = (round(results["floor"]["median"], 3), None)
+        symptoms = round(results["symptoms"]["median"], 3)  # every probe / every probe but the symptoms'
+        out[f"{model_name}/symptoms"] = (symptoms, symptoms <= SYMPTOMS_TARGET)
+        # no target of its own: it is the one-liner the probes replace, so the probes should cost less
+        out[f"{model_name}/wandb_watch"] = (
+            figures[model_name]["wandb_watch"],
+            figures[model_name]["wandb_watch"] > ratio,
+        )
+    write(
+        "probes",
+        figures,
+        {
+            "target": {
+                **{f"{m}/probes": f"<= {t}" for m, t in TARGETS.items()},
+                **{f"{m}/symptoms": f"<= {SYMPTOMS_TARGET}" for m in TARGETS},
+            },
+            "steps_per_variant_per_repetition": INNER,
+            "chunk": CHUNK,
+            "threads": torch.get_num_threads(),
+            "ratios_over_no_probes": details,
+        },
+    )
+    return out

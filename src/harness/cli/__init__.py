@@ -1,0 +1,91 @@
+"""The command line: Hydra for composition and sweeps, one-line errors and exit codes around it.
+
+    __init__.py   main: train.py's and eval.py's entry (a signal handler first, then the door, then Hydra)
+    door.py       every job's config composed and validated, its folders checked, before anything runs
+    task.py       one Hydra job: the task the config names, its verdict, its exit code
+
+Exit codes: 0 PASS (or a full run done), 1 FAIL, 2 bad config or input, 3 preflight failed, 4 non-finite, 5 a
+symptom (when asked), 128 + the signal when interrupted (130 SIGINT, 143 SIGTERM).
+HARNESS_DEBUG=1 shows the full traceback of a config error instead of the one line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+#: third-party warnings that say nothing about the user's run
+QUIET = (
+    r"Experiment logs directory .* exists and is not empty",  # the run dir already holds .hydra/
+    r".*isinstance\(treespec, LeafSpec\)",
+    r"The '\w+_dataloader' does not have many workers",  # tiny in-memory datasets need none
+    r"`weights_only` was not set",
+)
+
+
+#: the loggers Lightning gives a handler of their own when imported before logging is set up
+LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning_fabric")
+
+
+def route_lightning_logs() -> None:
+    """Send Lightning's log records to the root logger, as every other library's. Imported before Hydra sets up
+    logging, Lightning finds no root handler, so it gives its loggers a console handler of their own and stops
+    them propagating; Hydra's job_logging then removes that handler (it names these loggers, to set their
+    levels) and leaves propagation off: every Lightning line, at any level, went nowhere. Propagating, they
+    reach the console and train.log, filtered by the levels conf/train.yaml gives them."""
+    for name in LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def main(config_dir: Path, mode: str | None = None) -> None:
+    """Entry point of train.py (and of eval.py, `mode="eval"`: its task whatever the command line says of mode):
+    validate the overrides, then hand over to Hydra. A signal at any moment exits
+    128 + its number: the first handler is installed before anything else, and raises at once until a job's
+    own handler (harness.faults.StopOnSignal) or a sweep's (harness.signals.SweepStop) takes over."""
+    import atexit
+    import signal
+
+    from harness.train.signals import Interrupted, SignalGate, ignore_from_now, leave_at_once
+
+    gate = SignalGate()
+    gate.install()
+    atexit.register(ignore_from_now)  # the first registered, the last run
+    try:
+        start(config_dir, mode)
+    except Interrupted as stop:
+        print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        sys.exit(128 + stop.signum)
+    except Exception:
+        # raised inside a C extension's import (numpy's, torch's), Interrupted comes back as an ImportError
+        if gate.received is None:
+            raise
+        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
+        sys.exit(128 + gate.received)
+    finally:
+        leave_at_once()
+
+
+def start(config_dir: Path, mode: str | None = None) -> None:
+    """Validate the overrides (with `mode=<mode>` first, where an entry fixes the mode), then hand over to Hydra."""
+    import warnings
+
+    import hydra
+
+    from harness.cli.door import check_overrides, fixed_mode
+    from harness.cli.task import task
+
+    if mode is not None:
+        sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
+    check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
+    import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
+
+    route_lightning_logs()
+    for pattern in QUIET:
+        warnings.filterwarnings("ignore", message=pattern)
+    hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(task)()

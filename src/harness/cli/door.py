@@ -1,0 +1,181 @@
+"""The door: every job's config composed and validated before anything runs, the folders it writes checked, and
+no earlier run's results overwritten. A mistake is one `error:` line and exit 2 (harness.errors.die), before the
+heavy imports: a typo costs a second, not a data build and a preflight."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.errors import ConfigError, die
+
+
+def check_overrides(argv: list[str], config_dir: Path) -> None:
+    """Compose the config for every value a sweep names and validate it, before anything runs."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    from harness.compat import hydra_args_parser
+    from harness.config import validate
+    from harness.config.explain import base_of, explain, grammar_error
+    from harness.config.rules import check_types
+    from harness.report.search import check_sweeper
+    from harness.train.devices import check_launch, on_cluster
+
+    args = hydra_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception as err:  # Hydra's own grammar error already names the override
+        die(grammar_error(err, args.overrides), err)
+    variants, hydra_overrides = [[]], []
+    for override in parsed:
+        key = override.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):  # launcher, sweeper and output settings: checked below
+            hydra_overrides.append(override.input_line)
+            continue
+        if override.is_interval_sweep():  # Optuna's interval(low,high): its two ends stand for it
+            values = [str(override.value().start), str(override.value().end)]
+        elif override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        # each value with the first of every other: enough to catch any single bad value
+        variants = [v + [f"{key}={values[0]}"] for v in variants] + [
+            variants[0] + [f"{key}={value}"] for value in values[1:]
+        ]
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
+        # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
+        searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
+
+        try:  # the first job's Hydra settings: a preset may choose the launcher and make the run a sweep
+            hydra_cfg = compose(
+                config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
+            ).hydra
+        except Exception as err:
+            die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
+        launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
+        for variant in variants:
+            try:
+                cfg = compose(config_name="train", overrides=searchpath + variant)
+            except Exception as err:
+                die(explain(err, variant, base_of(variant, searchpath)), err)
+            try:  # the devices are held against this machine unless a cluster runs the job elsewhere
+                check_types(
+                    cfg, base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
+                )
+                validate(cfg, devices=not on_cluster(launcher))
+                check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
+                check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
+            except ConfigError as err:
+                die(str(err), err)
+        check_folders(cfg, hydra_cfg, multirun)
+
+
+def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
+    """The folders a run writes: its run (or sweep) dir can be made and holds no earlier run, and data.root, where
+    datasets are generated, can be made (an existing one may be a read-only cache, checked when written)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    directory = str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir)
+    check_writable(key, directory)
+    check_earlier_runs(cfg, Path(directory), multirun)
+    root = (cfg.get("data") or {}).get("root")
+    if root is not None and not Path(str(root)).is_dir():
+        check_writable("data.root", str(root), example="data")
+
+
+def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
+    """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
+    harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked."""
+    from harness.train.devices import started_by_lightning
+
+    if started_by_lightning():
+        return
+    try:
+        (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
+    except ConfigError as err:
+        die(str(err), err)
+
+
+def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
+    """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
+    import tempfile
+
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as err:
+        die(
+            f"{key}={directory}: cannot write there ({err.strerror or err}); pick a writable folder, "
+            f"e.g. {key}={example}",
+            err,
+        )
+
+
+def prior_status(run_dir: Path) -> str | None:
+    """The status in `run_dir`/verdict.json (`?` when unreadable), or None where no run has ended there."""
+    verdict = run_dir / "verdict.json"
+    if not verdict.is_file():
+        return None
+    try:
+        return str(json.loads(verdict.read_text(encoding="utf-8")).get("status", "?"))
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return "?"
+
+
+class RunDirTaken(ConfigError):
+    """The run directory holds an earlier run's verdict: refused, and nothing is written there (a sweep job's
+    ERROR verdict would itself overwrite the earlier one)."""
+
+
+def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
+    """Refuse a run directory that holds an earlier run's verdict: this run would overwrite its metrics,
+    checkpoints and verdict. Allowed: `+overwrite=true`; the same run resumed (ckpt_path inside it); a job started
+    again in the dir it was interrupted in (verdict INTERRUPTED: a requeued SLURM job; in mode=full it continues
+    from its own last.ckpt, harness.faults.interrupted_here)."""
+    status = prior_status(Path(run_dir))
+    if status in (None, "INTERRUPTED") or cfg.get("overwrite", False) is True:
+        return
+    run_dir = Path(run_dir).absolute()
+    ckpt = cfg.get("ckpt_path")
+    if ckpt not in (None, "last") and run_dir in Path(ckpt).absolute().parents:
+        return
+    raise RunDirTaken(
+        key,
+        str(run_dir),
+        f"already holds a run (verdict {status}) that this one would overwrite; choose another folder, "
+        "or give +overwrite=true (a mode=full run continues inside it with "
+        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'})",
+    )
+
+
+def check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
+    """Refuse a sweep directory any of whose job dirs holds a verdict, whatever its status: the new sweep would
+    overwrite those jobs and their summary. Allowed: `+overwrite=true`."""
+    if cfg.get("overwrite", False) is True or not Path(sweep_dir).is_dir():
+        return
+    held = next((d for d in sorted(Path(sweep_dir).iterdir()) if prior_status(d)), None)
+    if held is not None:
+        raise ConfigError(
+            "hydra.sweep.dir",
+            str(sweep_dir),
+            f"already holds a sweep ({held.name}/verdict.json) that this one would overwrite; "
+            "choose another folder, or give +overwrite=true",
+        )
+
+
+def fixed_mode(argv: list[str], mode: str) -> list[str]:
+    """The arguments of an entry that runs one mode (eval.py: eval), with `mode=<mode>` first; another mode on the
+    command line is refused in one line."""
+    given = [a for a in argv if a.lstrip("+~").split("=")[0] == "mode"]
+    if any(a != f"mode={mode}" for a in given):
+        die(f"{given[0]}: this entry runs mode={mode}; leave mode out (python train.py {given[0]} trains)")
+    return argv if given else [f"mode={mode}", *argv]

@@ -1,0 +1,103 @@
+"""The types of the keys harness itself owns, as dataclasses Hydra holds the config to while composing.
+
+conf/train.yaml lists `train_schema` first in its defaults, and each conf/mode/*.yaml its regime's schema, so
+`n=abc`, `mode.max_steps=1.5` or `mode.samples=3` in a training regime is refused by Hydra before anything runs,
+with the key named (harness.config.explain turns that into one line). Ranges and rules across keys, which a type
+cannot say, live beside the parts they rule and in harness.config.rules. The groups a fork makes its own (model,
+data, tokenizer, loss, optim, schedule, trainer, logger, probes) are typed `Any`: their classes check their own
+arguments.
+
+A new top-level key of a fork's goes here (or takes a `+` on the command line: `+my_key=1`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class Regime:
+    """What every training regime (conf/mode/overfit.yaml, full.yaml) sets: how long, how often."""
+
+    name: str = "overfit"
+    max_steps: int = 1000
+    val_every: int = 100
+    log_every: int = 1
+    progress_bar: bool = False
+
+
+@dataclass
+class Overfit(Regime):
+    """mode=overfit: memorize n examples, judged PASS or FAIL."""
+
+    name: str = "overfit"
+    target_loss: float = 0.02
+    reseed: bool = True
+
+
+@dataclass
+class Full(Regime):
+    """mode=full: real training, validation and checkpoints, DONE when its steps are."""
+
+    name: str = "full"
+    max_steps: int = 2000
+    ckpt_every: int = 100
+
+
+@dataclass
+class Eval:
+    """mode=eval (or eval.py): a checkpoint measured, no training."""
+
+    name: str = "eval"
+    samples: int = 3  # continuations written to eval.json
+    new_tokens: int = 32  # tokens each continuation adds
+    temperature: float = 0.8  # the sampled continuation's (the other is greedy)
+
+
+#: every mode: its typed config, and the class that runs it (a training regime; eval is a task of its own,
+#: harness.report.evaluate). The one table of mode names: the schema, the door and the run all read it.
+MODES = {
+    "overfit": (Overfit, "harness.train.overfit.Overfit"),
+    "full": (Full, "harness.train.full.Full"),
+    "eval": (Eval, None),
+}
+
+
+@dataclass
+class Train:
+    """conf/train.yaml's top level."""
+
+    seed: int = 0
+    n: int = 2
+    preflight: Any = True  # true | false | warn: a union OmegaConf cannot type, checked in validate
+    ckpt_path: str | None = None
+    compile: Any = False  # true | false | a torch.compile backend name
+    flush_denormal: bool = True
+    tags: list[str] = field(default_factory=list)  # given to every tracker
+    optimized_metric: str | None = None  # what a sweep's job returns (harness.report.search)
+    loss: Any = None  # conf/loss/: the training objective (harness.ops.loss)
+    optim: Any = None
+    schedule: Any = None
+    mode: Any = None  # typed by its regime's schema (MODES), through conf/mode/*.yaml's defaults
+    model: Any = None
+    data: Any = None
+    tokenizer: Any = None
+    trainer: Any = None
+    logger: Any = None
+    probes: Any = None
+    callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
+    debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
+    paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir
+    doctor: Any = None  # experiment=doctor: {ladder, substitute, timeout} (harness.report.doctor)
+
+
+def register() -> None:
+    """Put the schemas where the config's defaults look for them: train_schema (conf/train.yaml) and one
+    `<mode>_schema` in the mode group for each mode (conf/mode/<mode>.yaml). Idempotent; harness/__init__ calls
+    it, so anything that composes this config (train.py, tests, benchmarks, a launcher's job) has them."""
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=Train)
+    for name, (schema, _) in MODES.items():
+        store.store(group="mode", name=f"{name}_schema", node=schema)

@@ -1,0 +1,30 @@
+"""The symptom detectors: the `Symptoms` probe (probe.py) reads the probes' stream (every row the sink logs: gradient norms, update
+ratios, activations, gradient reach) and the training loss, and reports what a person would otherwise have to
+spot in the charts (harness.report.symptoms: the record, the names, the suggestions).
+
+    vanishing_gradients    the first block's gradient RMS a tiny fraction of the last block's, `patience`
+                           readings in a row; or the input-gradient reach (grad_by_position) at the end of
+                           training at or below `reach`
+    exploding_gradients    the total gradient norm `explode_jump` times its running median, its recent
+                           median `explode_growth` times its first, or above `explode_norm` `patience` steps
+                           in a row; or the first block's gradient RMS 1/`layer_ratio` times the last's
+    dead_units             a ReLU-like module's outputs exactly zero for >= `dead_fraction` of them, or
+                           >= `dead_units` of its units dead (zero at every position of the batch)
+    saturated_activations  a tanh/sigmoid-like module's outputs saturated for >= `saturated_fraction`
+    loss_spike             the loss `spike_factor` times its running median (and `spike_min` x the initial loss
+                           above it, and `spike_sigmas` robust deviations) for `spike_stay` steps in a row,
+                           or `spikes` times within `window`
+    no_progress            after `window` steps at a learning rate >= a tenth of its base, the loss within
+                           `progress` of where it started
+    update_ratio           a weight matrix's ‖Δw‖/‖w‖ above `ratio_high` or (the loss still above half its
+                           start) below `ratio_low`, `patience` readings in a row
+
+The loss is kept on the device every step and read every `every` steps, in one transfer; the rest is read from
+rows other probes already brought to the host, so this probe adds no sync of its own in between. Each symptom is
+reported once per name and place (the sink: console, `symptoms/<name>` on every logger, a table for the
+trackers, verdict.json `symptoms`)."""
+
+from harness.probes.detectors.gradients import blocks_of
+from harness.probes.detectors.probe import Symptoms
+
+__all__ = ["Symptoms", "blocks_of"]

@@ -1,0 +1,33 @@
+"""The activations' rules: `dead_units` (a ReLU-like module's outputs zero, or units dead at every position) and
+`saturated_activations` (a tanh/sigmoid-like module at its limits), read from the activations probe's rows."""
+
+from __future__ import annotations
+
+import math
+
+#: an activations statistic -> the symptom it shows, the threshold's argument, what it counts
+ACTIVATION_LIMITS = {
+    "zero_frac": ("dead_units", "dead_fraction", "of its outputs exactly zero"),
+    "dead_frac": ("dead_units", "dead_units", "of its units dead (zero at every position)"),
+    "saturated": ("saturated_activations", "saturated_fraction", "of its outputs saturated"),
+}
+
+
+class ActivationRules:
+    """Mixed into the Symptoms probe: reads `activation_keys`, the thresholds, and reports through it."""
+
+    def check_activations(self, step: int, row: dict) -> None:
+        """Each watched module's zero, dead-unit and saturated fractions against their limits."""
+        if self.activation_keys is None and any(k.startswith("act/") for k in row):
+            # the activations probe logs the same keys at every reading: found once
+            self.activation_keys = [(k, *k[4:].rsplit("/", 1)) for k in row if k.startswith("act/")]
+            self.activation_keys = [entry for entry in self.activation_keys if entry[2] in ACTIVATION_LIMITS]
+        for key, module, stat in self.activation_keys or []:
+            value = row.get(key)
+            if value is None or not math.isfinite(value):
+                continue
+            name, limit, what = ACTIVATION_LIMITS[stat]
+            limit = getattr(self, limit)
+            if self.streaks.update(f"{stat}:{module}", value >= limit) >= self.patience:
+                detail = f"{value:.1%} {what} for {self.patience} readings in a row"
+                self.report(name, step, module, value, detail, side=module)

@@ -1,0 +1,136 @@
+"""The gradients' rules: `exploding_gradients` (a jump, a growth, a norm far too large, or the first block far
+above the last), `vanishing_gradients` (the first block far below the last, or a trained model's reach of 0) and
+`update_ratio` (a weight matrix's steps far from ~1e-3 of its size)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from harness.probes.detectors.base import RUNNING
+
+#: a total gradient norm below this is no explosion, whatever it grew from (a zero-initialized branch, a norm
+#: near convergence): the gradient of a mean loss is of order 1 for activations of order 1
+EXPLODE_MIN = 10.0
+
+
+def blocks_of(names: list[str]) -> list[tuple[str, list[str]]]:
+    """The numbered blocks of a model, in order, each with its parameters' names: `layers.0`, `h.11`, `net.4`
+    (the prefix up to the first numeric part of a name). Where several containers are numbered (an encoder's
+    and a decoder's layers), the one with the most blocks; [] where fewer than two."""
+    containers: dict[str, dict[int, list[str]]] = {}
+    for name in names:
+        parts = name.split(".")
+        index = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+        if index is not None:
+            blocks = containers.setdefault(".".join(parts[:index]), {})
+            blocks.setdefault(int(parts[index]), []).append(name)
+    if not containers:
+        return []
+    container, blocks = max(containers.items(), key=lambda item: len(item[1]))
+    prefix = f"{container}." if container else ""
+    return [(f"{prefix}{i}", blocks[i]) for i in sorted(blocks)] if len(blocks) >= 2 else []
+
+
+class GradientRules:
+    """Mixed into the Symptoms probe: reads `grad_totals`, `blocks`, `matrices`, the thresholds, and reports through it."""
+
+    def check_exploding(self, step: int, total: float) -> None:
+        history = self.grad_totals
+        if not math.isfinite(total):
+            return
+        if len(history) >= 5 and total >= EXPLODE_MIN:
+            median = statistics.median(history[-RUNNING:])
+            if median > 0 and total > self.explode_jump * median:
+                detail = (
+                    f"the total gradient norm jumped to {total:.4g}, {total / median:.0f}x its running median"
+                )
+                self.report("exploding_gradients", step, "grad_norm/total", total, detail)
+        if self.streaks.update("norm", total > self.explode_norm) >= self.patience:
+            detail = (
+                f"the total gradient norm is {total:.4g}, above {self.explode_norm:g} for {self.patience} steps in "
+                "a row (a mean loss's gradient is of the order of the activations: these are far too large)"
+            )
+            self.report("exploding_gradients", step, "grad_norm/total", total, detail)
+        history.append(total)
+        if len(history) > 5 + 2 * RUNNING:  # the first 5 and the latest: all the rules read
+            del history[5 : 5 + RUNNING]
+
+    def check_growth(self, step: int) -> None:
+        """The total gradient norm's median of the latest 5 against its first 5's, at each reading."""
+        history = self.grad_totals
+        if len(history) >= 10:
+            first, last = statistics.median(history[:5]), statistics.median(history[-5:])
+            if first > 0 and last > self.explode_growth * first and last >= EXPLODE_MIN:
+                detail = f"the total gradient norm grew {last / first:.0f}x, from {first:.4g} to {last:.4g}"
+                self.report("exploding_gradients", step, "grad_norm/total", last, detail)
+
+    def check_reach(self, step: int, reach: float) -> None:
+        """The trained model's reach (grad_by_position's last measurement, at the end of training) at or below
+        `reach` (0: the gradient underflowed before the first input). The measurements before it are left out:
+        the gated cells (LSTM) start with no reach and grow one by training, and a tanh RNN's can drop to 0 for
+        a while and come back."""
+        if self.ending and step > 0 and math.isfinite(reach) and reach <= self.reach:
+            detail = (
+                f"reach {reach:.3g} after {step} steps: of the loss's gradient at the second-to-last input, that "
+                "fraction reaches the first (0: it underflowed in float32 on the way back through the sequence)"
+            )
+            self.report(
+                "vanishing_gradients", step, "input positions (grad_by_position)", reach, detail, side="reach"
+            )
+
+    def check_blocks(self, step: int, row: dict) -> None:
+        """The first block's gradient RMS against the last block's: far below, the gradient vanishes on its way
+        back through the layers; far above, it explodes (an init too large, no normalization)."""
+        rms = []
+        for _, names, sizes in (self.blocks[0], self.blocks[-1]):
+            pairs = [(row.get(f"grad_norm/{n}", 0.0), s) for n, s in zip(names, sizes, strict=True)]
+            live = [(g, s) for g, s in pairs if g > 0]  # a dead parameter is dead_params' to report
+            rms.append(math.sqrt(sum(g * g for g, _ in live) / sum(s for _, s in live)) if live else None)
+        if None in rms or not rms[1] or not all(map(math.isfinite, rms)):
+            return
+        ratio = rms[0] / rms[1]
+        self.first_ratio = ratio if self.first_ratio is None else self.first_ratio
+        first, last = self.blocks[0][0], self.blocks[-1][0]
+        for name, past in (
+            ("vanishing_gradients", ratio < self.layer_ratio),
+            ("exploding_gradients", ratio > 1 / self.layer_ratio),
+        ):
+            if self.streaks.update(name, past) >= self.patience:
+                detail = (
+                    f"the gradient RMS of the first block ({first}) is {ratio:.2g} times the last block's ({last}) "
+                    f"for {self.patience} readings in a row (it was {self.first_ratio:.2g} at the first reading)"
+                )
+                self.report(name, step, first, ratio, detail, side="blocks" if name.startswith("v") else "")
+
+    def check_update_ratios(self, step: int, row: dict) -> None:
+        """Every weight matrix's ‖Δw‖/‖w‖; one symptom for each direction, naming the first matrix past its limit
+        and how many others are."""
+        start = self.initial_loss()
+        unconverged = bool(start) and bool(self.losses) and self.losses[-1] > 0.5 * start
+        unconverged = unconverged and not self.annealed()  # warmup or decay: small steps on purpose
+        past: dict[str, list[tuple[str, float]]] = {"high": [], "low": []}
+        for name in self.matrices:
+            ratio, grad = row.get(f"update_ratio/{name}"), row.get(f"grad_norm/{name}")
+            if ratio is None or not math.isfinite(ratio) or not grad:
+                continue
+            high, low = ratio > self.ratio_high, unconverged and ratio < self.ratio_low
+            if self.streaks.update(f"ratio:{name}", high or low) >= self.patience:
+                past["high" if high else "low"].append((name, ratio))
+        for side, found in past.items():
+            if not found:
+                continue
+            (name, ratio), limit = found[0], self.ratio_high if side == "high" else self.ratio_low
+            others = (
+                f" (and {len(found) - 1} more of the {len(self.matrices)} weight matrices)"
+                if found[1:]
+                else ""
+            )
+            detail = (
+                f"‖Δw‖/‖w‖ = {ratio:.3g}{others} for {self.patience} readings in a row, "
+                f"{'above' if side == 'high' else 'below'} {limit:g} (healthy: around 1e-3)"
+            )
+            fix = "lower" if side == "high" else "raise"
+            self.report(
+                "update_ratio", step, name, ratio, detail, f"{fix} the learning rate (optim.lr)", side=side
+            )

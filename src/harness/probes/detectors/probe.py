@@ -1,0 +1,148 @@
+"""The Symptoms probe: it reads the probes' stream and the training loss and reports what a person would otherwise
+spot in the charts; its rules are in loss.py, gradients.py and activations.py beside it (the package's
+docstring lists them)."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.probes.base import Probe, whole
+from harness.probes.detectors.activations import ActivationRules
+from harness.probes.detectors.base import Streaks
+from harness.probes.detectors.gradients import GradientRules, blocks_of
+from harness.probes.detectors.loss import LossRules
+from harness.probes.norms import parameter_names
+from harness.report.symptoms import Symptom
+from harness.train.optim import embedding_weights
+
+
+class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
+    """Detects the symptoms above while the run trains; thresholds and windows are its arguments
+    (conf/probes/default.yaml says what each means). `fail` is read by harness.train.run: a run with a symptom
+    ends as SYMPTOM (exit 5) instead of PASS or DONE."""
+
+    def __init__(
+        self,
+        every: int | None = 10,
+        fail: bool = False,
+        window: int = 100,
+        patience: int = 3,
+        layer_ratio: float = 1e-3,
+        reach: float = 0.0,
+        explode_jump: float = 100.0,
+        explode_growth: float = 100.0,
+        explode_norm: float = 1000.0,
+        dead_fraction: float = 0.99,
+        saturated_fraction: float = 0.9,
+        spike_factor: float = 2.0,
+        spike_min: float = 0.1,
+        spikes: int = 2,
+        spike_stay: int = 8,
+        spike_sigmas: float = 6.0,
+        progress: float = 0.05,
+        ratio_high: float = 1.0,
+        ratio_low: float = 1e-6,
+        dead_units: float = 0.5,
+    ):
+        super().__init__(every)
+        self.fail = fail
+        self.window = whole("window", window, 2, "steps the loss rules look back over (try 100)")
+        self.patience = whole("patience", patience, 1, "readings in a row before a symptom (try 3)")
+        self.spikes = whole("spikes", spikes, 1, "spikes within the window that make a symptom (try 2)")
+        self.spike_stay = whole("spike_stay", spike_stay, 1, "steps in a row a spike lasts to be one (try 8)")
+        self.layer_ratio, self.reach, self.progress = layer_ratio, reach, progress
+        self.explode_jump, self.explode_growth, self.explode_norm = explode_jump, explode_growth, explode_norm
+        self.dead_fraction, self.dead_units, self.saturated_fraction = (
+            dead_fraction,
+            dead_units,
+            saturated_fraction,
+        )
+        self.spike_factor, self.spike_min, self.spike_sigmas = spike_factor, spike_min, spike_sigmas
+        self.ratio_high, self.ratio_low = ratio_high, ratio_low
+        self.blocks: list[tuple[str, list[str], list[int]]] = []
+        self.matrices: list[str] = []
+        self.ratio_key = self.block_key = None
+        self.base_lr = self.lr = None
+        self.listened = None  # the sink this probe reads
+        self.reset()
+
+    def reset(self) -> None:
+        """What one fit has seen: nothing yet."""
+        self.pending_losses: list[torch.Tensor] = []  # on the device, since the last reading
+        self.losses: list[float] = []  # the first 5 optimizer steps' and the latest, on the host
+        self.steps_read = 0
+        self.spike_events: list[list[int]] = []  # [first step, last step] of each run of spike steps
+        self.grad_totals: list[float] = []
+        self.streaks = Streaks()
+        self.first_ratio: float | None = None
+        self.ending = False
+        self.reported: set[tuple[str, str]] = set()
+        self.activation_keys: list[tuple[str, str, str]] | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.reset()
+        if self.listened is not self.sink:
+            self.sink.listen(self.read)
+            self.listened = self.sink
+        embedded = embedding_weights(
+            pl_module
+        )  # sparse, row by row: neither a block's nor a matrix's measure
+        named = [(n, p) for n, p in parameter_names(pl_module) if p.requires_grad and id(p) not in embedded]
+        sizes = {n: p.numel() for n, p in named}
+        self.blocks = [(b, ps, [sizes[p] for p in ps]) for b, ps in blocks_of([n for n, _ in named])]
+        self.matrices = [n for n, p in named if p.ndim >= 2]
+        # the keys that say a row holds what a check reads (looked up every step: built once)
+        self.ratio_key = f"update_ratio/{self.matrices[0]}" if self.matrices else None
+        self.block_key = f"grad_norm/{self.blocks[0][1][0]}" if self.blocks else None
+        group = trainer.optimizers[0].param_groups[0] if trainer.optimizers else {}
+        self.base_lr = group.get("initial_lr", group.get("lr"))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        # once an optimizer step (not a micro-batch): the loss it follows, kept on the device
+        loss = getattr(pl_module, "last_loss", None)  # detached already (HarnessModule)
+        if loss is not None and trainer.is_global_zero:
+            self.pending_losses.append(loss)
+        self.lr = getattr(pl_module, "step_lr", None)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.ending = True  # the rows flushed from here on are the end of training's
+        self.read_losses(trainer.global_step - 1)  # the last step's loss, global_step having moved past it
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.read_losses(trainer.global_step)  # a step that raised (NonFinite) follows the losses read here
+
+    def read(self, step: int, row: dict) -> None:
+        """The sink's row of `step` (called at each flush): the checks whose numbers it holds."""
+        total = row.get("grad_norm/total")
+        if total is not None:
+            self.check_exploding(step, total)
+        if "grad_by_position/reach" in row:
+            self.check_reach(step, row["grad_by_position/reach"])
+        if self.ratio_key in row:
+            self.check_update_ratios(step, row)
+        if not self.due(step):
+            return
+        self.read_losses(step)
+        self.check_growth(step)
+        if self.block_key in row:
+            self.check_blocks(step, row)
+        self.check_activations(step, row)
+
+    def report(
+        self,
+        name: str,
+        step: int,
+        where: str,
+        value: float | None,
+        detail: str,
+        fix: str = "",
+        now=None,
+        side="",
+    ) -> None:
+        """One symptom to the sink, once per name (and `side`, for one that has two), its `symptoms/<name>` scalar
+        at step `now` (default: `step`). The sink itself reports a name again for another `where`: this probe
+        reports each of its checks once, at the first place it finds."""
+        if (name, side) in self.reported:
+            return
+        self.reported.add((name, side))
+        self.sink.report(Symptom(name, step, where, value, detail, fix), now=step if now is None else now)

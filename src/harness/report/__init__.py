@@ -1,0 +1,19 @@
+"""What a run and a sweep report: verdict.json (verdict.py), symptoms (symptoms.py: the record and its names),
+the sweep summary (summary.py: summary.md, summary.csv, plots; `python -m harness.report <sweep dir>` rebuilds
+it), the figures (plots.py), eval.json (evaluate.py: mode=eval, eval.py), the doctor's diagnosis (doctor.py) and
+the number a hyperparameter search optimizes (search.py).
+
+`harness.report.SweepSummary` is the Hydra callback conf/train.yaml names; it is imported when first asked for."""
+
+from __future__ import annotations
+
+import importlib
+
+#: name -> the module that defines it
+EXPORTS = {"SweepSummary": "harness.report.summary", "verdict_of": "harness.report.summary"}
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(EXPORTS[name]), name)

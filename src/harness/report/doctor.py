@@ -1,0 +1,228 @@
+"""The doctor (`experiment=doctor`, `make doctor`): when a model FAILs the overfit, the questions that come next,
+asked by runs instead of by hand. It runs the overfit ladder (n = 1, 2, 5) for the configured model and for the
+simple substitute on the same data, and the model's first failed rung (or its first) once more with the loop
+twins (the spec of every vectorized op), each a real `train.py` run in a folder of the doctor's run dir; then it reads their verdicts
+and says which of these it is:
+
+    harness or data broken     the substitute fails too: the pipeline or the data cannot be learnt at all
+    model broken               only the model fails, from the first rung: its preflight rows and symptoms say where
+    vectorization broken       the model fails with its vectorized ops and passes with the loop twins
+    capacity or optimization   the model memorizes one example but not five: its symptoms say which (a learning
+                               rate too high or too low, gradients that vanish) or, with none, capacity or steps
+    healthy                    every rung passes, the model's and the substitute's
+
+doctor.json in the run dir holds the diagnosis, the evidence and the commands; verdict.json says PASS when the
+model is healthy and FAIL otherwise."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from harness.report.summary import verdict_of
+from harness.report.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+#: symptom names -> what they say about a model that memorizes one example but not five
+OPTIMIZATION = {
+    "no_progress": "the learning rate is too low (optim.lr)",
+    "update_ratio": "the learning rate is off (optim.lr): see the update ratio's direction",
+    "loss_spike": "the learning rate is too high (optim.lr), or warmup is missing",
+    "exploding_gradients": "the gradients explode: a lower learning rate, clipping, a smaller init",
+    "vanishing_gradients": "the gradients vanish before the first layers: residuals, normalization, a gated cell",
+    "saturated_activations": "saturated tanh/sigmoid layers pass no gradient: scale their inputs down",
+    "dead_units": "dead ReLU units pass no gradient: lower the learning rate, check biases",
+    "nonfinite": "a NaN or inf stopped the run: a lower learning rate, clipping, or debug=anomaly to find it",
+    "dead_params": "parameters get no gradient: see which, and why they are cut off from the loss",
+}
+
+
+@dataclass
+class Rung:
+    """One overfit run the doctor made: who, on how many examples, how it ended, and the command."""
+
+    label: str
+    n: int
+    command: list[str]
+    verdict: dict = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.verdict.get("status", "ERROR")
+
+    @property
+    def passed(self) -> bool:
+        return self.status in ("PASS", "SYMPTOM")
+
+
+def own_overrides() -> list[str]:
+    """This run's command-line overrides, less those the doctor sets for each of its runs."""
+    dropped = ("experiment", "n", "mode", "hydra.run.dir", "hydra.sweep.dir")
+    keys = [(o, o.split("=")[0].lstrip("+~")) for o in HydraConfig.get().overrides.task]
+    return [o for o, key in keys if key not in dropped and key.split(".")[0] != "doctor"]
+
+
+#: the groups whose overrides are the model's own: the substitute trains with its defaults instead
+MODEL_OWN = ("model", "optim", "schedule")
+
+
+def substitute_overrides(overrides: list[str], substitute: str) -> list[str]:
+    """`overrides` less the model's own (its architecture, optimizer and schedule: a learning rate suits one
+    model), with the substitute's choice: the same data, tokenizer, trainer and seed."""
+    kept = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] not in MODEL_OWN]
+    return [*kept, f"model={substitute}"]
+
+
+def entry_point() -> str:
+    """The train.py beside the config directory this run was composed from."""
+    main = next(s for s in HydraConfig.get().runtime.config_sources if s.provider == "main")
+    return str(Path(main.path.removeprefix("file://")).parent / "train.py")
+
+
+def shown(command: list[str]) -> str:
+    """A command as one types it: `python train.py ...`, train.py relative to this folder where it lies below it."""
+    script = Path(command[1])
+    if script.is_relative_to(Path.cwd()):
+        script = script.relative_to(Path.cwd())
+    return shlex.join(["python", str(script), *command[2:]])
+
+
+def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: float) -> Rung:
+    """One `python train.py mode=overfit n=N ...` in `run_dir/<label>_n<N>`, its verdict read back."""
+    where = run_dir / f"{label}_n{n}"
+    command = [sys.executable, entry_point(), "mode=overfit", f"n={n}", *overrides, f"hydra.run.dir={where}"]
+    rung = Rung(label, n, command)
+    try:
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+        verdict, unread = verdict_of(where)
+        rung.verdict = (
+            verdict.as_dict() if verdict.status else {"status": "ERROR", "error": why(done, unread)}
+        )
+    except subprocess.TimeoutExpired:
+        rung.verdict = {"status": "ERROR", "error": f"no verdict within doctor.timeout={timeout:.0f} s"}
+    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, shown(command))
+    return rung
+
+
+def why(done: subprocess.CompletedProcess, unread: str | None) -> str:
+    """A run that left no verdict: its exit code and the line of its output that says why."""
+    lines = [line for line in done.stderr.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    said = next(
+        (line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else unread
+    )
+    return f"exit {done.returncode}: {(said or 'no output')[:300]}"
+
+
+def doctor(cfg: DictConfig, run_dir: Path) -> dict:
+    """Run the ladder for the model, the substitute and the loop twins; diagnose; write doctor.json and the
+    verdict. Returns the verdict as a dict."""
+    started = time.perf_counter()
+    settings = cfg.doctor
+    model_group = HydraConfig.get().runtime.choices.get("model")
+    base = own_overrides()
+    rungs = [run_rung("model", n, base, run_dir, settings.timeout) for n in settings.ladder]
+    if model_group != settings.substitute:
+        sub = substitute_overrides(base, settings.substitute)
+        rungs += [run_rung(settings.substitute, n, sub, run_dir, settings.timeout) for n in settings.ladder]
+    if settings.loop_twins and "vectorize" in cfg.model:  # the first rung the model failed, else its first
+        again = next((r for r in rungs if r.label == "model" and not r.passed), rungs[0])
+        loop = [*base, "model.vectorize=false"]
+        rungs.append(run_rung("model_loops", again.n, loop, run_dir, settings.timeout))
+    diagnosis, evidence = diagnose(rungs, settings.substitute)
+    report = {
+        "diagnosis": diagnosis,
+        "evidence": evidence,
+        "runs": [{"who": r.label, "n": r.n, "status": r.status, "command": shown(r.command)} for r in rungs],
+    }
+    (run_dir / "doctor.json").write_text(json.dumps(report, indent=2) + "\n")
+    print_report(report)
+    verdict = Verdict(
+        status="PASS" if diagnosis == "healthy" else "FAIL",
+        mode="doctor",
+        model=rungs[0].verdict.get("model"),
+        model_group=model_group,
+        data=HydraConfig.get().runtime.choices.get("data"),
+        seed=cfg.seed,
+        run_dir=str(run_dir),
+        seconds=round(time.perf_counter() - started, 3),
+        items={"diagnosis": diagnosis, "evidence": evidence, "runs": report["runs"]},
+    )
+    verdict.write(run_dir)
+    return verdict.as_dict()
+
+
+def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
+    """(diagnosis, evidence lines) from the runs' verdicts; see the module's docstring."""
+    model = [r for r in rungs if r.label == "model"]
+    other = {r.n: r for r in rungs if r.label == substitute}
+    loops = next((r for r in rungs if r.label == "model_loops"), None)
+    evidence = [f"{r.label} n={r.n}: {r.status}{ending(r)}" for r in rungs]
+    failed = next((r for r in model if not r.passed), None)
+    if failed is None:
+        if not all(r.passed for r in other.values()):
+            evidence.append(
+                f"the substitute ({substitute}) fails where the model does not: its capacity, not yours"
+            )
+        return "healthy", evidence
+    if failed.n in other and not other[failed.n].passed:
+        evidence.append(
+            f"the substitute ({substitute}) fails n={failed.n} too on the same data: suspect the data or the harness"
+        )
+        return "harness or data broken", evidence
+    if loops is not None and loops.n == failed.n and loops.passed:
+        evidence.append(f"with the loop twins the model passes n={loops.n}: a vectorized op is wrong")
+        return "vectorization broken", evidence
+    if failed is model[0]:
+        evidence.append(f"only the model fails, from n={failed.n}, where the substitute passes")
+        return "model broken", evidence + warnings_of(failed)
+    names = sorted({s["name"] for s in failed.verdict.get("symptoms", [])})
+    said = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
+    if failed.status == "ERROR":
+        said = [f"the run at n={failed.n} could not finish: {failed.verdict.get('error')}"]
+    if not said:
+        said = [f"capacity: no symptom at n={failed.n}; a larger model or more steps (mode.max_steps)"]
+    evidence.append(f"the model memorizes n={model[0].n} but not n={failed.n}")
+    return "capacity or optimization", evidence + said
+
+
+def ending(rung: Rung) -> str:
+    """What a rung's verdict says in a few words: steps and final loss, its error, or its symptoms."""
+    v = rung.verdict
+    if v.get("error"):
+        return f" ({v['error']})"
+    loss = v.get("final_loss")
+    parts = [f"{v.get('steps')} steps"] + ([f"final loss {loss:.4g}"] if isinstance(loss, float) else [])
+    parts += [f"symptom {s['name']} in {s['where']}" for s in v.get("symptoms", [])[:3]]
+    return f" ({', '.join(parts)})"
+
+
+def warnings_of(rung: Rung) -> list[str]:
+    """The preflight rows that did not PASS and the symptoms of a failed run, one line each."""
+    rows = [
+        f"preflight {c['name']}: {c['status']} {c.get('detail', '')}" for c in rung.verdict.get("checks", [])
+    ]
+    rows = [r for r in rows if ": PASS " not in r]
+    return rows + [
+        f"symptom {s['name']} in {s['where']}: {s['detail']}" for s in rung.verdict.get("symptoms", [])
+    ]
+
+
+def print_report(report: dict) -> None:
+    log.info("doctor: %s", report["diagnosis"].upper())
+    for line in report["evidence"]:
+        log.info("  %s", line)
+    log.info("the runs (each in its own folder of this run dir):")
+    for run in report["runs"]:
+        log.info("  %s", run["command"])

@@ -1,0 +1,197 @@
+"""mode=eval: a trained checkpoint measured on held-out data, and a few continuations read back as text.
+
+    python train.py mode=eval ckpt_path=last          # the newest checkpoints/last.ckpt under outputs/runs/
+    python train.py mode=eval ckpt_path=<file>        # any checkpoint of a run of this harness
+
+The model, data and tokenizer are those the checkpoint was trained with (its run dir's .hydra/config.yaml), so
+nothing needs repeating; the weights are loaded weights-only (a checkpoint cannot run code). Writes eval.json
+(loss, perplexity, bits per token, bits per byte for text, the tokens counted, continuations) and a verdict."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.batches import first_rows, to_device, training_mode
+from harness.config import build
+from harness.ops.loss import Loss, loss_of
+from harness.report.verdict import Verdict
+from harness.train.checkpoints import find_checkpoint, load_checked
+
+log = logging.getLogger(__name__)
+
+
+def trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
+    """`cfg` with the model, data, tokenizer and loss of the run that wrote `ckpt` (<run>/checkpoints/x.ckpt), where
+    that run's config is still beside it; else `cfg` as given (a checkpoint moved away from its run)."""
+    saved = ckpt.parent.parent / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        log.warning("no %s: evaluating with this run's model and data config", saved)
+        return cfg
+    trained = OmegaConf.load(saved)
+    merged = cfg.copy()
+    with open_dict(merged):
+        for key in ("model", "data", "tokenizer", "loss"):
+            if key in trained:
+                merged[key] = trained[key]
+    return merged
+
+
+def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    """The checkpoint's weights into `model` (the LightningModule's `model.` tensors), weights-only."""
+    ours = {f"model.{k}": v for k, v in model.state_dict().items()}
+    state = load_checked(str(ckpt), ours, "evaluate it with the config it was trained with")
+    model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()})
+
+
+@torch.no_grad()
+def measure(model: torch.nn.Module, loader, tokenizer, lm: bool, loss: Loss) -> dict:
+    """Over the loss mask of every batch: the mean of the run's loss (`loss`) and of the cross entropy (nats) it is
+    made of, the tokens counted, and for language modelling the UTF-8 bytes those target tokens decode to (bits per
+    byte compares tokenizers fairly)."""
+    objective, nats, tokens, text_bytes = 0.0, 0.0, 0, 0
+    for batch in loader:
+        batch = to_device(batch, next(model.parameters()).device)
+        logits, targets, mask = model(batch["input_ids"]).float(), batch["targets"], batch["loss_mask"]
+        objective += loss.per_position(logits, targets, mask)[mask].sum().item()
+        nats += loss.nll(logits, targets, mask)[mask].sum().item()
+        tokens += int(mask.sum())
+        if lm:  # the bytes of the targets the loss counts (padding left out)
+            text_bytes += sum(
+                len(tokenizer.decode(row[keep].tolist()).encode())
+                for row, keep in zip(targets, mask, strict=True)
+            )
+    nll = nats / max(tokens, 1)
+    result = {
+        "loss": objective / max(tokens, 1),
+        "nll": nll,
+        "perplexity": math.exp(min(nll, 700)),
+        "bits_per_token": nll / math.log(2),
+        "tokens": tokens,
+    }
+    if lm and text_bytes:
+        result["bits_per_byte"] = nats / math.log(2) / text_bytes
+    return result
+
+
+@torch.no_grad()
+def continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, temperature: float, generator):
+    """`prompt` [time] followed by `new_tokens` tokens, each the most probable (temperature 0) or drawn at
+    `temperature`; the model sees at most the last `context` tokens."""
+    ids = prompt[None]
+    for _ in range(new_tokens):
+        logits = model(ids[:, -context:])[0, -1].float()
+        if temperature == 0:
+            token = logits.argmax()
+        else:
+            token = torch.multinomial((logits / temperature).softmax(-1).cpu(), 1, generator=generator)[0]
+        ids = torch.cat([ids, token.reshape(1, 1).to(ids.device)], dim=1)
+    return ids[0, prompt.numel() :]
+
+
+def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
+    """The first `mode.samples` validation examples (collated by their loader; each up to its last masked
+    position: no padding): the first half as the prompt, then the greedy and a sampled continuation, decoded."""
+    mode, out = cfg.mode, []
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    device = next(model.parameters()).device
+    rows = first_rows(data, "val", mode.samples) if mode.samples else None
+    for i in range(0 if rows is None else len(rows["input_ids"])):
+        real = rows["loss_mask"][i].nonzero()
+        ids = rows["input_ids"][i, : int(real.max()) + 1 if len(real) else None].to(device)
+        prompt = ids[: max(1, ids.numel() // 2)]
+        greedy = continue_text(model, prompt, mode.new_tokens, ids.numel(), 0.0, generator)
+        sampled = continue_text(model, prompt, mode.new_tokens, ids.numel(), mode.temperature, generator)
+        out.append(
+            {
+                "prompt": tokenizer.decode(prompt.tolist()),
+                "greedy": tokenizer.decode(greedy.tolist()),
+                "sampled": tokenizer.decode(sampled.tolist()),
+            }
+        )
+    return out
+
+
+def table(results: dict) -> str:
+    rows = [f"{'split':<6} {'loss':>8} {'ppl':>10} {'bits/tok':>9} {'bits/byte':>9} {'tokens':>9}"]
+    for split, r in results.items():
+        bpb = f"{r['bits_per_byte']:9.3f}" if "bits_per_byte" in r else f"{'-':>9}"
+        rows.append(
+            f"{split:<6} {r['loss']:8.4f} {r['perplexity']:10.2f} {r['bits_per_token']:9.3f} {bpb} {r['tokens']:9d}"
+        )
+    return "\n".join(rows)
+
+
+def device_for(trainer: DictConfig) -> torch.device:
+    """Where the trainer config would train: a CUDA device for accelerator gpu/cuda/auto when one is there."""
+    wants_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
+    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+
+
+def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
+    """The whole of mode=eval: checkpoint -> its config -> data -> weights -> eval.json (when `write`: rank 0)
+    and a verdict."""
+    started = time.perf_counter()
+    torch.set_flush_denormal(bool(cfg.flush_denormal))
+    ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir))
+    cfg = trained_config(cfg, ckpt)
+    data = build(cfg.data, "data")
+    data.prepare_data()
+    data.setup("validate")
+    model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
+    load_weights(model, ckpt)
+    model.to(device_for(cfg.trainer))
+    splits = {"val": data.val_dataloader()}
+    if getattr(data, "test_dataset", None) is not None:
+        splits["test"] = data.test_dataloader()
+    with training_mode(model, False):
+        first = first_rows(data, "val", 1)
+        # more than one target an example: language modelling (classification has one, the label's)
+        lm = first is not None and int(first["loss_mask"].sum()) > 1
+        loss = loss_of(cfg)
+        results = {
+            split: measure(model, loader, data.tokenizer, lm, loss) for split, loader in splits.items()
+        }
+        samples = continuations(model, data, data.tokenizer, cfg)
+    report = {"checkpoint": str(ckpt), **results["val"], "splits": results, "continuations": samples}
+    if hasattr(data, "unigram_entropy"):  # what a model that ignores context scores at best (data=corpus)
+        report["unigram_entropy"] = data.unigram_entropy()
+    if write:
+        (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    print(table(results))
+    if "unigram_entropy" in report:
+        print(f"unigram entropy of the training tokens: {report['unigram_entropy']:.4f} nats/token")
+    for sample in samples[:2]:
+        print(f"\n{sample['prompt']!r}\n  greedy:  {sample['greedy']!r}\n  sampled: {sample['sampled']!r}")
+    verdict = Verdict(
+        status="DONE",
+        mode="eval",
+        model=getattr(model, "architecture", type(model).__name__),
+        data=cfg.data._target_.rpartition(".")[2],
+        length=cfg.data.length,
+        seed=cfg.seed,
+        val_loss=results["val"]["loss"],
+        run_dir=str(run_dir),
+        seconds=round(time.perf_counter() - started, 3),
+        checkpoint=str(ckpt),
+    )
+    log.info("DONE: %s evaluated, val loss %.4f: %s", ckpt, results["val"]["loss"], run_dir / "eval.json")
+    return verdict
+
+
+def evaluate_job(cfg: DictConfig, run_dir: Path) -> dict:
+    """mode=eval as a job (eval.py, or train.py mode=eval): the checkpoint measured; eval.json and the verdict
+    written by rank 0. Returns the verdict as a dict."""
+    from harness.train.devices import global_rank
+
+    writes = global_rank() == 0
+    verdict = evaluate(cfg, run_dir, write=writes)
+    if writes:
+        verdict.write(run_dir)
+    return verdict.as_dict()

@@ -1,0 +1,246 @@
+"""The sweep's plots (harness.report.summary): gradient norm by position, gradient reach by length, loss curves.
+
+matplotlib is used through `Figure` objects and the Agg canvas only: no pyplot, so no global figure registry
+and no GUI backend, whatever the process has configured. Log scales cannot show zero, and a gradient that
+underflowed to exactly zero is the finding, not a gap: zeros are drawn on a dotted line at the axis floor,
+labelled "0 (underflow)", with a ▼ marker: this module owns that marker (UNDERFLOW, log_lines_with_zeros), and
+a run's own figures (harness.probes.figures) draw it through here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+#: what tells lines apart within a panel (the panel is the model), in the order labels name them
+VARYING = ("length", "n", "rule", "data", "mode", "seed")
+UNDERFLOW = "0 (underflow)"
+
+
+def _figure(panels: int, width: float = 4.6, height: float = 3.6):
+    """A Figure with `panels` axes side by side on the Agg canvas (PNG, no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * max(panels, 1), height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(panels, 1), squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _varying(jobs) -> list[str]:
+    return [k for k in VARYING if len({str(job.row[k]) for job in jobs}) > 1]
+
+
+def _label(job, varying: list[str]) -> str:
+    names = {"length": "L"}
+    parts = [f"{names.get(k, k)}={job.row[k]}" for k in varying]
+    return " ".join(parts) or f"job {job.row['job']}"
+
+
+def _colors(labels: Iterable[str]) -> dict[str, tuple]:
+    """One color per label, the same in every panel."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return {label: cmap(i % 10) for i, label in enumerate(dict.fromkeys(labels))}
+
+
+def _floor(values: Iterable[float | None]) -> float:
+    """Where zeros are drawn on a log axis: a decade below the smallest positive value."""
+    positive = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return 10.0 ** (math.floor(math.log10(min(positive))) - 1) if positive else 1e-3
+
+
+def _mark_floor(ax, floor: float, any_zero: bool) -> None:
+    """The log axis starts just under `floor`; the floor line is labelled when something was drawn on it."""
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor / 3)
+    if any_zero:
+        ax.axhline(floor, color="0.6", linestyle=":", linewidth=1)
+        ax.annotate(
+            UNDERFLOW,
+            (0.01, floor),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=7,
+            color="0.35",
+        )
+
+
+def _plot_with_zeros(ax, xs: list, ys: list, floor: float, **style) -> bool:
+    """Draw ys against xs on a log y axis, an exact zero at `floor`: the line dives to the floor and runs along
+    it, with a ▼ on it (at most a dozen, evenly spaced, when many positions underflowed). Missing values (None,
+    nan) are gaps. Returns whether any zero was drawn."""
+    shown = [floor if y == 0 else y if y is not None and math.isfinite(y) and y > 0 else math.nan for y in ys]
+    ax.plot(xs, shown, **style)
+    zeros = [x for x, y in zip(xs, ys, strict=True) if y == 0]
+    zeros = zeros[:: max(1, len(zeros) // 12)]
+    if zeros:
+        ax.plot(
+            zeros,
+            [floor] * len(zeros),
+            linestyle="none",
+            marker="v",
+            markersize=6,
+            color=style.get("color"),
+            markeredgecolor="black",
+            markeredgewidth=0.5,
+        )
+    return bool(zeros)
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8, wrap=True, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _models(jobs) -> list[str]:
+    """The models in the order of the jobs (the summary's order), one panel each."""
+    return list(dict.fromkeys(str(job.row["model"]) for job in jobs)) or ["(no jobs)"]
+
+
+def _legend(ax, any_zero: bool) -> None:
+    from matplotlib.lines import Line2D
+
+    handles, _ = ax.get_legend_handles_labels()
+    if any_zero:
+        handles.append(
+            Line2D(
+                [], [], linestyle="none", marker="v", color="0.5", markeredgecolor="black", label=UNDERFLOW
+            )
+        )
+    if handles:
+        ax.legend(handles=handles, fontsize=7)
+
+
+def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
+    """One line a series against its index on a log y axis, exact zeros on the floor with the ▼ marker and
+    UNDERFLOW in the legend, as the sweep's plots draw them: a run's own grad_by_position.png
+    (harness.probes.figures) is drawn through this."""
+    floor = _floor(v for values in series.values() for v in values)
+    any_zero = False
+    for i, (name, values) in enumerate(series.items()):
+        xs = list(range(len(values)))
+        any_zero |= _plot_with_zeros(
+            ax, xs, values, floor, color=f"C{i}", label=name, marker=".", markersize=3
+        )
+    _mark_floor(ax, floor, any_zero)
+    _legend(ax, any_zero)
+
+
+def grad_by_position(jobs, path: Path) -> Path:
+    """‖∂L/∂e_t‖ against position t, log scale: one panel per model, one color per length (or whatever else
+    varies), solid at initialization, dashed after training."""
+    models, varying = _models(jobs), _varying(jobs)
+    colors = _colors(_label(job, varying) for job in jobs)
+    fig, axes = _figure(len(models))
+    floor = _floor(v for job in jobs for norms in job.grads.values() for v in norms)
+    for ax, model in zip(axes, models, strict=True):
+        drawn = any_zero = False
+        for job in (j for j in jobs if str(j.row["model"]) == model):
+            label = _label(job, varying)
+            for when, style in (("init", "-"), ("final", "--")):
+                norms = job.grads.get(when)
+                if norms:
+                    any_zero |= _plot_with_zeros(
+                        ax,
+                        list(range(len(norms))),
+                        norms,
+                        floor,
+                        color=colors[label],
+                        linestyle=style,
+                        linewidth=1.2,
+                        label=f"{label} {when}",
+                    )
+                    drawn = True
+        ax.set_title(model)
+        ax.set_xlabel("position t")
+        if not drawn:
+            _no_data(ax, "no grad_by_position in verdict.json\n(probes off, or the job failed)")
+            continue
+        _mark_floor(ax, floor, any_zero)
+        _legend(ax, any_zero)
+    axes[0].set_ylabel("‖∂L/∂e_t‖ (input gradient norm)")
+    fig.suptitle("gradient of the loss at each input position (solid: init, dashed: trained)", fontsize=10)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def reach_by_length(jobs, path: Path) -> Path:
+    """Gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖ against sequence length, log scale, one line per model
+    (solid: init, dashed: trained); 1 means no decay over the sequence, 0 an underflow."""
+    fig, (ax,) = _figure(1, width=5.6, height=4.0)
+    models = _models(jobs)
+    colors = _colors(models)
+    values = [job.row[k] for job in jobs for k in ("reach_init", "reach_final")]
+    floor = min(_floor(values), 1e-3)
+    drawn = any_zero = False
+    for model in models:
+        rows = sorted(
+            (j.row for j in jobs if str(j.row["model"]) == model and j.row["length"] is not None),
+            key=lambda r: r["length"],
+        )
+        for key, style, marker in (("reach_init", "-", "o"), ("reach_final", "--", "s")):
+            points = [(r["length"], r[key]) for r in rows if r[key] is not None and not math.isnan(r[key])]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                any_zero |= _plot_with_zeros(
+                    ax,
+                    list(xs),
+                    list(ys),
+                    floor,
+                    color=colors[model],
+                    linestyle=style,
+                    marker=marker,
+                    label=f"{model} {key.split('_')[1]}",
+                )
+                drawn = True
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel("gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖")
+    ax.set_title("how much gradient reaches the first token", fontsize=10)
+    if not drawn:
+        _no_data(ax, "no reach_init / reach_final in verdict.json\n(probes off, or the jobs failed)")
+    else:
+        ax.set_xscale("log")
+        # reach 1: the first token gets as much gradient as the last
+        ax.axhline(1.0, color="0.8", linewidth=1)
+        _mark_floor(ax, floor, any_zero)
+        _legend(ax, any_zero)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def loss_curves(jobs, path: Path) -> Path:
+    """Training loss against step (metrics.csv), log scale: one panel per model, one line per job, validation
+    loss as dots of the same color."""
+    models, varying = _models(jobs), _varying(jobs)
+    colors = _colors(_label(job, varying) for job in jobs)
+    fig, axes = _figure(len(models))
+    for ax, model in zip(axes, models, strict=True):
+        curves = [
+            (job, [(s, v) for s, v in job.curve if v > 0]) for job in jobs if str(job.row["model"]) == model
+        ]
+        ax.set_title(model)
+        ax.set_xlabel("step")
+        if not any(points for _, points in curves):
+            _no_data(ax, "no train/loss in metrics.csv\n(the jobs failed before training)")
+            continue
+        for job, points in curves:
+            label = _label(job, varying)
+            if points:
+                steps, losses = zip(*points, strict=True)
+                ax.plot(
+                    steps, losses, color=colors[label], linewidth=1, label=f"{label} ({job.row['status']})"
+                )
+            val = [(s, v) for s, v in job.val_curve if v > 0]
+            if val:  # validation: dots on the training curve's color
+                steps, losses = zip(*val, strict=True)
+                ax.plot(steps, losses, color=colors[label], linestyle="none", marker="o", markersize=4)
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("loss (line: training, dots: validation)")
+    fig.savefig(path, dpi=110)
+    return path

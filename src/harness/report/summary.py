@@ -1,0 +1,323 @@
+"""The summary of a sweep: one row a job, read back from the job dirs, as summary.csv, summary.md and plots.
+
+    python -m harness.report outputs/multirun/<date>/<time>     # (re)build the summary of a sweep dir
+
+Hydra calls `SweepSummary.on_multirun_end` in the launching process after every job of a sweep has finished
+(also with the joblib and submitit launchers), so each sweep dir gets its summary without asking. Everything is
+read from files: a job's identity from `.hydra/` (so a job that failed still has its model and length), its
+outcome from `verdict.json`, its loss curve from `metrics.csv`. A job without a verdict is marked MISSING."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from harness.report.verdict import Verdict
+
+log = logging.getLogger(__name__)
+
+#: the columns every summary has, in order (the README's tables), then the ones that tell jobs apart
+COLUMNS = (
+    "model",
+    "length",
+    "rule",
+    "status",
+    "final_loss",
+    "accuracy",
+    "steps",
+    "reach_init",
+    "reach_final",
+)
+EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "symptoms", "seconds", "job", "error")
+#: the metrics.csv columns of the loss curves (Lightning's CSVLogger, see HarnessModule)
+LOSS, VAL_LOSS = "train/loss", "val/loss"
+PLOTS = ("grad_by_position.png", "reach.png", "loss.png")
+
+
+@dataclass
+class Job:
+    """One job dir read back: its summary row, its input-gradient norms by position, its loss curve."""
+
+    row: dict
+    grads: dict[str, list[float]] = field(default_factory=dict)  # "init" / "final" -> norm per position
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (step, training loss)
+    val_curve: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
+
+
+def _number(value) -> float | None:
+    """A float from a verdict value: None stays None; "nan"/"inf" (how verdict.json stores them) parse."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _yaml(path: Path) -> DictConfig | None:
+    return OmegaConf.load(path) if path.is_file() else None
+
+
+def _select(cfg: DictConfig | None, key: str):
+    """The value at `key`, or None when absent (or an interpolation that cannot resolve outside Hydra)."""
+    if cfg is None:
+        return None
+    try:
+        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    except Exception:  # a custom resolver (${now:...}) that is not registered in this process
+        return None
+
+
+def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
+    """(step, value) for every row of metrics.csv where `column` has a value (rows hold one metric kind).
+    A row that does not parse (the last line of a job killed mid-write) is skipped."""
+    if not path.is_file():
+        return []
+    points = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                points.append((int(r["step"]), float(r[column])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return points
+
+
+def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
+    """The job's verdict.json and, when there is none to read, why (the row's error)."""
+    path = job_dir / "verdict.json"
+    if not path.is_file():
+        return (
+            Verdict(),
+            f"no verdict.json: the job has not finished, or stopped before writing one (see {job_dir.name}/train.log)",
+        )
+    try:
+        return Verdict.from_dict(json.loads(path.read_text())), ""
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return Verdict(), f"{path}: not valid JSON ({err})"
+
+
+def read_job(job_dir: Path) -> Job:
+    """Everything the summary knows about one job dir."""
+    cfg, hydra = _yaml(job_dir / ".hydra" / "config.yaml"), _yaml(job_dir / ".hydra" / "hydra.yaml")
+    verdict, unread = verdict_of(job_dir)
+    mode = _select(cfg, "mode.name") or verdict.mode
+    n = (_select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
+    row = {
+        # the model's class (a sweep over model.arch tells its rows apart), else its config's _target_
+        "model": verdict.model or str(_select(cfg, "model._target_") or "").rpartition(".")[2] or None,
+        "model_group": _select(hydra, "hydra.runtime.choices.model") or verdict.model_group,
+        "length": _select(cfg, "data.length") or verdict.length,
+        "rule": _select(cfg, "data.rule") or verdict.rule,
+        "status": verdict.status or "MISSING",
+        "final_loss": _number(verdict.final_loss),
+        "accuracy": _number(verdict.accuracy),
+        "steps": verdict.steps,
+        "reach_init": _number(verdict.items.get("reach_init")),
+        "reach_final": _number(verdict.items.get("reach_final")),
+        "mode": mode,
+        "n": n,
+        "data": _select(hydra, "hydra.runtime.choices.data") or verdict.data,
+        "seed": _select(cfg, "seed") if cfg is not None else verdict.seed,
+        "val_loss": _number(verdict.val_loss),
+        # the names of what the run showed while it trained (verdict.json symptoms), one each
+        "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
+        "seconds": _number(verdict.seconds),
+        "job": job_dir.name,
+        "error": verdict.error or unread,
+    }
+    grads = verdict.items.get("grad_by_position") or {}
+    grads = {k: [_number(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
+    metrics = job_dir / "metrics.csv"
+    return Job(
+        row=row, grads=grads, curve=_loss_curve(metrics, LOSS), val_curve=_loss_curve(metrics, VAL_LOSS)
+    )
+
+
+def _job_order(job_dir: Path) -> tuple:
+    return (0, int(job_dir.name), "") if job_dir.name.isdigit() else (1, 0, job_dir.name)
+
+
+def collect(sweep_dir: Path) -> list[Job]:
+    """Every job dir of `sweep_dir` (a subdir holding `.hydra/` or `verdict.json`), grouped by model, then
+    sorted by length and n (a stable sort: ties keep the job order)."""
+    dirs = sorted(
+        (
+            d
+            for d in Path(sweep_dir).iterdir()
+            if d.is_dir()
+            and not d.name.startswith(".")
+            and ((d / ".hydra").is_dir() or (d / "verdict.json").is_file())
+        ),
+        key=_job_order,
+    )
+    jobs = [read_job(d) for d in dirs]
+    first = {}  # models in the order the sweep ran them (its own order: rnn, lstm, transformer), not by name
+    for i, job in enumerate(jobs):
+        first.setdefault(str(job.row["model"]), i)
+    return sorted(jobs, key=lambda j: (first[str(j.row["model"])], j.row["length"] or 0, j.row["n"] or 0))
+
+
+def _cell(key: str, value, markdown: bool) -> str:
+    """One table cell. Empty when unknown; an exact 0 is written 0 (an underflow, not a rounding)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if not math.isfinite(value):
+            return str(value)
+        if not markdown:
+            return format(value, ".6g")
+        return format(value, {"accuracy": ".2f", "seconds": ".1f"}.get(key, ".3g"))
+    text = str(value)
+    if markdown:  # one line, no column breaks, short enough to read in a table
+        text = text.replace("|", "\\|").replace("\n", " ")
+        text = text if len(text) <= 160 else text[:157] + "..."
+    return text
+
+
+def write_csv(jobs: list[Job], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS + EXTRA)
+        for job in jobs:
+            writer.writerow([_cell(k, job.row[k], markdown=False) for k in COLUMNS + EXTRA])
+    return path
+
+
+def markdown(jobs: list[Job], title: str) -> str:
+    """summary.md: a status line, the table and the plots. The table has the CSV's columns, less those that
+    say nothing: extra columns empty in every row, and model_group/mode/n/data/seed when every job has the
+    same value (said once above the table instead)."""
+    shared, columns = [], list(COLUMNS)
+    for key in EXTRA:
+        values = {str(job.row[key]) for job in jobs if job.row[key] not in (None, "")}
+        if (
+            key in ("model_group", "mode", "n", "data", "seed")
+            and len(values) == 1
+            and all(job.row[key] is not None for job in jobs)
+        ):
+            shared.append(f"{key}={values.pop()}")
+        elif values:
+            columns.append(key)
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.row["status"]] = counts.get(job.row["status"], 0) + 1
+    tally = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    lines = [
+        f"# Sweep summary: {title}",
+        "",
+        f"{len(jobs)} jobs: {tally or 'none'}"
+        + (f"; every job: {', '.join(shared)}" if shared else "")
+        + ".",
+        "reach = ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖, the gradient of the loss at the first position's input relative to the "
+        "second-to-last's; 0 = underflow to exactly zero in float32; an empty cell = not recorded.",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines += ["| " + " | ".join(_cell(k, job.row[k], markdown=True) for k in columns) + " |" for job in jobs]
+    lines += ["", *(f"![{name[:-4]}]({name})" for name in PLOTS)]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = True) -> dict[str, Path]:
+    """Write summary.csv, summary.md and (unless plots=False) the PNG plots of `jobs` (default: every job
+    dir of `sweep_dir`) into `sweep_dir`."""
+    sweep_dir = Path(sweep_dir)
+    jobs = collect(sweep_dir) if jobs is None else jobs
+    written = {"csv": write_csv(jobs, sweep_dir / "summary.csv")}
+    md = sweep_dir / "summary.md"
+    md.write_text(markdown(jobs, sweep_dir.name))
+    written["md"] = md
+    if plots:
+        from harness.report import plots as draw  # matplotlib is imported there, only now
+
+        written["grad_by_position"] = draw.grad_by_position(jobs, sweep_dir / "grad_by_position.png")
+        written["reach"] = draw.reach_by_length(jobs, sweep_dir / "reach.png")
+        written["loss"] = draw.loss_curves(jobs, sweep_dir / "loss.png")
+    return written
+
+
+class SweepSummary(Callback):
+    """Hydra callback (conf/train.yaml, hydra.callbacks): the summary of every multirun, in its sweep dir. While
+    the sweep runs, a signal stops it as a whole (harness.train.signals.SweepStop); the summary is then written for what
+    finished and the process exits 128 + the signal."""
+
+    def __init__(self):
+        self.stop = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from harness.train.signals import SweepStop
+
+        if "submitit" in str(config.hydra.launcher.get("_target_", "")):
+            return  # submitit's jobs are processes (or SLURM tasks) of their own, with submitit's handlers
+        self.stop = SweepStop(Path(config.hydra.sweep.dir))
+        self.stop.install()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from harness.train.signals import Interrupted, stopped
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if self.stop is not None:
+            self.stop.restore()
+        if sweep_dir.is_dir():
+            self.summarize(sweep_dir)
+        else:  # no job got as far as making its dir: nothing to summarize
+            log.warning("no sweep dir %s: no summary written", sweep_dir)
+        signum = stopped(sweep_dir)
+        if signum is not None:
+            log.warning("sweep stopped by a signal: the summary covers the jobs that finished")
+            raise Interrupted(signum)
+
+    def summarize(self, sweep_dir: Path) -> None:
+        jobs = collect(sweep_dir)
+        written = write_summary(sweep_dir, jobs)
+        failed = [job.row["job"] for job in jobs if job.row["status"] not in ("PASS", "DONE")]
+        log.info(
+            "sweep summary of %d jobs%s: %s",
+            len(jobs),
+            f" ({len(failed)} not PASS/DONE: jobs {', '.join(failed)})" if failed else "",
+            written["md"],
+        )
+
+
+def main(argv: list[str]) -> int:
+    """python -m harness.report SWEEP_DIR: rebuild the summary from the job dirs; exit 2 on a bad path."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(
+            "usage: python -m harness.report SWEEP_DIR   (e.g. outputs/multirun/<date>/<time>)",
+            file=sys.stderr,
+        )
+        return 2
+    sweep_dir = Path(argv[0])
+    if not sweep_dir.is_dir():
+        print(
+            f"error: {sweep_dir}: no such directory; give a sweep dir (outputs/multirun/<date>/<time>)",
+            file=sys.stderr,
+        )
+        return 2
+    jobs = collect(sweep_dir)
+    if not jobs:
+        print(
+            f"error: {sweep_dir}: no job dirs in it (a job dir holds .hydra/ or verdict.json); is it a sweep dir?",
+            file=sys.stderr,
+        )
+        return 2
+    written = write_summary(sweep_dir, jobs)
+    print(written["md"].read_text())
+    print("written: " + ", ".join(str(p) for p in written.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,84 @@
+"""Symptoms: training problems read off the run while it trains, each named with where, when and a fix.
+
+A symptom is one record of verdict.json's `symptoms` list (docs/contracts.md): the probes' detectors
+(harness.probes.detectors) and the dead-gradient sentinel report theirs through the probes' sink, harness.train.run
+adds `nonfinite` when the guard stops a run. This module holds only the record, the names and their
+suggestions, and the rule that turns symptoms into the SYMPTOM verdict (`probes.symptoms.fail=true`), so
+that it works the same whether or not a fork keeps the probes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+#: every symptom's name -> the fix it suggests when the detector has nothing more specific to say
+SUGGESTIONS = {
+    "vanishing_gradients": "the earliest layers barely learn: add residual connections or normalization, "
+    "use a gated cell (model=lstm) or attention for long sequences, or shorten data.length",
+    "exploding_gradients": "lower the learning rate (optim.lr), clip gradients (trainer.gradient_clip_val=1.0), "
+    "or check the init scale",
+    "dead_units": "a ReLU-like layer outputs exactly zero: lower the learning rate, check its bias and init, "
+    "or use a leaky activation (GELU, LeakyReLU)",
+    "saturated_activations": "a tanh/sigmoid layer sits at its limits, where its gradient is ~0: scale its "
+    "inputs down (init, normalization before it) or lower the learning rate",
+    "loss_spike": "lower the learning rate (optim.lr), add warmup (schedule=cosine schedule.warmup=...), or clip "
+    "gradients (trainer.gradient_clip_val=1.0)",
+    "no_progress": "the loss is where it started: raise the learning rate (optim.lr), check that the "
+    "parameters are trainable and that the loss is not detached from them",
+    "update_ratio": "the optimizer's steps are the wrong size for the weights: change the learning rate "
+    "(optim.lr) by the factor the ratio is off from ~1e-3",
+    "nonfinite": "find where it first appears (`where`); lower the learning rate, clip gradients, or run "
+    "debug=anomaly to see the operation",
+    "dead_params": "the parameter gets no gradient: it is unused in forward, frozen, or cut off from the loss "
+    "(a .detach(), an integer cast, a branch never taken)",
+}
+
+#: the statuses a symptom turns into SYMPTOM when asked (probes.symptoms.fail=true); others already fail
+JUDGED_OK = ("PASS", "DONE", "DEBUG")
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One symptom: `name` (a key of SUGGESTIONS), the step it was first seen, `where` (the parameter, module
+    or signal at fault), `value` (the number that crossed its threshold), `detail` (what was measured, in
+    words) and `suggestion` (one line: what to try)."""
+
+    name: str
+    step: int
+    where: str
+    value: float | None
+    detail: str
+    suggestion: str = ""
+
+    def __post_init__(self):
+        if self.name not in SUGGESTIONS:
+            raise ValueError(f"unknown symptom {self.name!r}: one of {', '.join(SUGGESTIONS)}")
+        if not self.suggestion:
+            object.__setattr__(self, "suggestion", SUGGESTIONS[self.name])
+
+    def as_dict(self) -> dict:
+        value = self.value
+        if value is not None and math.isfinite(value):
+            value = float(f"{value:.4g}")
+        return {**asdict(self), "value": value}
+
+    def line(self) -> str:
+        """The console line: name, where, when, what, and the fix."""
+        return (
+            f"symptom {self.name} in {self.where} at step {self.step}: {self.detail}; try: {self.suggestion}"
+        )
+
+
+def nonfinite(stopped) -> Symptom:
+    """The `nonfinite` symptom of a run the non-finite guard stopped (harness.train.checkpoints.NonFinite `stopped`)."""
+    detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
+    return Symptom("nonfinite", stopped.step, stopped.where, None, detail)
+
+
+def judge(verdict, fail: bool) -> None:
+    """With `fail` (probes.symptoms.fail=true, for CI), a run that would PASS, be DONE or DEBUG ends as SYMPTOM
+    (exit 5) when it has any symptom; the status it had is kept as `judged`."""
+    symptoms = verdict.items.setdefault("symptoms", [])
+    if fail and symptoms and verdict.status in JUDGED_OK:
+        verdict.items["judged"] = verdict.status
+        verdict.status = "SYMPTOM"

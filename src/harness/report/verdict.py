@@ -1,0 +1,88 @@
+"""verdict.json: the machine-readable result of a run (see docs/contracts.md, Run directory), written by
+harness.train.run and read back by harness.report.summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+#: keys written only when they hold something: what one kind of ending adds
+WHEN_SET = ("signal", "checkpoint", "nonfinite", "error")
+
+
+@dataclass
+class Verdict:
+    """One run's outcome. `status`: PASS or FAIL (overfit), DONE (full), PREFLIGHT_FAIL, NONFINITE,
+    INTERRUPTED, or ERROR (a job that could not run). `items`: what the probes add (dead_params,
+    grad_by_position, reach_init, reach_final, inputs_identical), written at the top level."""
+
+    status: str | None = None
+    mode: str | None = None
+    n: int | None = None  # overfit mode: the examples memorized
+    model: str | None = None  # the model's class, e.g. LlamaForCausalLM
+    model_group: str | None = None  # its config option, e.g. hf
+    data: str | None = None
+    length: int | None = None
+    rule: str | None = None
+    seed: int | None = None
+    final_loss: float | None = None  # the last training step's loss
+    floor: float | None = None  # overfit mode: the lowest loss every correct causal model can reach
+    steps: int | None = None
+    seconds: float | None = None
+    accuracy: float | None = None  # eval mode: on the n examples (overfit), the validation split (full)
+    p_correct: float | None = None
+    val_loss: float | None = None
+    checks: list[dict] = field(default_factory=list)  # the preflight's rows
+    preflight_seconds: float | None = None
+    run_dir: str | None = None
+    eval_loss: float | None = None  # overfit mode: the n examples in eval mode
+    eval_accuracy: float | None = None
+    train_accuracy: float | None = None  # overfit mode: the n examples in train mode, re-seeded as a step
+    eval_gap: str | None = None  # what a far worse eval mode means, when it is
+    signal: int | None = None  # INTERRUPTED: the signal's number
+    checkpoint: str | None = None  # INTERRUPTED: where the run can resume from
+    nonfinite: dict | None = None  # NONFINITE: {step, where}
+    error: str | None = None  # ERROR: why
+    items: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        plain = {k: v for k, v in asdict(self).items() if k != "items" and not (k in WHEN_SET and v is None)}
+        return {**plain, **self.items}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Verdict:
+        known = {f.name for f in fields(cls)} - {"items"}
+        return cls(
+            **{k: v for k, v in values.items() if k in known},
+            items={k: v for k, v in values.items() if k not in known},
+        )
+
+    def write(self, run_dir: Path) -> Path:
+        return write_verdict(run_dir, self.as_dict())
+
+
+def _plain(value):
+    """JSON-safe: NaN and inf become strings rather than invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write_verdict(run_dir: Path, verdict: dict) -> Path:
+    """Write `run_dir/verdict.json` atomically (a reader never sees half a file)."""
+    path = Path(run_dir) / "verdict.json"
+    staging = path.with_suffix(f".json.{os.getpid()}.tmp")
+    staging.write_text(json.dumps(_plain(verdict), indent=2) + "\n")
+    os.replace(staging, path)
+    return path
+
+
+def read_verdict(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "verdict.json").read_text())

@@ -1,0 +1,47 @@
+"""mode=full, real training: the regime object harness.train.run asks what differs by mode (the data the trainer
+sees, its callbacks, how the run is judged, its summary line); mode=overfit's is harness.train.overfit.Overfit.
+harness.config.schema.MODES names both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from harness.train.checkpoints import FinalCheckpoint
+
+
+class Full:
+    """mode=full: real training on shuffled batches, validation, checkpoints (best by val/loss, last
+    every mode.ckpt_every steps); the run is DONE when its steps are."""
+
+    name = "full"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def data(self, base: pl.LightningDataModule) -> pl.LightningDataModule:
+        return base
+
+    def callbacks(self, data, verdict, checkpoints: Path) -> list[pl.Callback]:
+        every = self.cfg.mode.ckpt_every
+        return [  # best by validation loss, and last every `every` steps (a hard kill loses less)
+            pl.callbacks.ModelCheckpoint(
+                dirpath=checkpoints, filename="best", monitor="val/loss", mode="min"
+            ),
+            pl.callbacks.ModelCheckpoint(
+                dirpath=checkpoints, filename="last", every_n_train_steps=every, enable_version_counter=False
+            ),
+            FinalCheckpoint(checkpoints / "last.ckpt", every),
+        ]
+
+    def judge(self, verdict, trainer: pl.Trainer, module, checkpoints: Path) -> None:
+        metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
+        verdict.status = "DONE"
+        verdict.final_loss = module.final_loss()
+        verdict.val_loss = metrics.get("val/loss")
+        verdict.accuracy = metrics.get("val/acc")
+        verdict.p_correct = metrics.get("val/p_correct")
+
+    def summary(self, verdict) -> str:
+        return f"DONE: {verdict.steps} steps, val loss {verdict.val_loss}, {verdict.seconds:.1f} s"

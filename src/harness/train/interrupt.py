@@ -1,0 +1,79 @@
+"""A signal during training (harness.train.signals holds the gates for every other moment): the step in progress
+finishes and is checkpointed, then the run stops with an INTERRUPTED verdict; a second signal stops it at once.
+Under DDP the ranks decide together, every step."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from harness.train.signals import Interrupted, SignalGate, gate_of
+
+log = logging.getLogger(__name__)
+
+
+class StopOnSignal(SignalGate, pl.Callback):
+    """SIGINT, SIGTERM and SIGUSR2 during a training step finish it, save a checkpoint, then stop the run by
+    raising Interrupted; anywhere else in the job (data generation, the preflight, judging, plots) they raise
+    Interrupted at once (harness.signals.SignalGate), and so does a second signal during a step. Under DDP the
+    ranks decide together, every step."""
+
+    def __init__(self, checkpoint: Path):
+        SignalGate.__init__(self)
+        self.checkpoint = checkpoint
+        #: what the job is doing, for the line that says where a signal stopped it
+        self.phase = "start-up"
+
+    def hand_on(self) -> None:
+        """Once the run stopped for a signal has saved last.ckpt and its verdict (call after restore()): pass the
+        signal on to the handler that was there before ours, if that is a Python function. On a job of the
+        submitit launcher (hydra/launcher=slurm or local) it is submitit's, which requeues the job when
+        hydra.launcher.max_num_timeout allows and exits; the job starts again in the same run dir and continues
+        from that checkpoint (harness.run). Elsewhere (Ctrl-C, a plain kill, harness's own gates of train.py and
+        of sweeps, which act on the verdict instead) nothing is called."""
+        if self.received is None:
+            return
+        handler = signal.getsignal(self.received)
+        if not callable(handler) or handler is signal.default_int_handler or gate_of(handler) is not None:
+            return
+        log.info(
+            "%s: handed on to %s",
+            signal.Signals(self.received).name,
+            getattr(handler, "__qualname__", handler),
+        )
+        try:
+            handler(self.received, None)
+        except Exception as err:  # submitit's "not requeued" (e.g. timed out too often): the verdict stands
+            log.warning("not requeued: %s", err)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # Lightning put its own SIGTERM handler in front of ours when fit began; a signal landing between our
+        # on_train_batch_end and its own check would end the run by SystemExit: exit 0, no checkpoint, no
+        # verdict. Ours alone decides (Lightning restores the handlers it found when fit ends).
+        self.install()
+        self.phase, self.deferring = "training", True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        signum = self.received
+        if trainer.world_size > 1:  # every rank stops at the same step, or one waits in an all-reduce forever
+            if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
+                return
+            signum = signum or signal.SIGTERM  # a rank the signal did not reach stops as if it had
+        elif signum is None:
+            return
+        self.stop(trainer, signum)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        # past the last step: a signal from now on stops at once, and one that came after the last step's end
+        # (during the last validation) stops the run here, its final weights saved as after any step
+        self.phase, self.deferring = "the end of training", False
+        if self.received is not None:
+            self.stop(trainer, self.received)
+
+    def stop(self, trainer, signum: int) -> None:
+        # saved where ModelCheckpoint saves, so it resumes exactly like a periodic checkpoint
+        trainer.save_checkpoint(self.checkpoint)
+        raise Interrupted(signum)

@@ -1,0 +1,271 @@
+"""Loggers: metrics.csv in the run dir always, plus one experiment tracker per entry under `logger`.
+
+Each option of conf/logger/ puts itself under its own key (`# @package logger.<name>`), so `logger=[tensorboard,
+wandb]` selects several and they compose side by side: `logger: {tensorboard: {...}, wandb: {...}}`. The built-in
+trackers are csv (none: metrics.csv alone), tensorboard, wandb and mlflow; an entry of a fork's own with a
+`_target_` (e.g. `pytorch_lightning.loggers.CometLogger`) is instantiated as it is. Every tracker gets the composed
+config, flattened (`model.d_model`, `optim.lr`), as its hyperparameters, and the top-level `tags`.
+
+wandb is imported only when chosen, after WANDB_MODE is set, so an offline run never touches the network; mlflow
+writes a SQLite store in the run dir unless given a tracking_uri."""
+
+from __future__ import annotations
+
+import csv
+import os
+import secrets
+import string
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+from pytorch_lightning.loggers.logger import rank_zero_experiment
+from pytorch_lightning.utilities import rank_zero_only
+from torch import Tensor
+
+from harness.compat import rewrite_csv_header, tensorboard_file_writer
+from harness.errors import ConfigError
+from harness.train.devices import global_rank
+
+TRACKERS = ("csv", "tensorboard", "wandb", "mlflow")
+#: the metrics TensorBoard's HPARAMS tab sets beside each run's hyperparameters (read from the run's scalars)
+HP_METRICS = ("train/loss", "val/loss")
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path, resumed: bool = False) -> list[Logger]:
+    """CSV into `run_dir/metrics.csv` (`resumed`: appended to), then a tracker for each entry of `cfg.logger`
+    (the `logger` config group), each given the composed config as hyperparameters and `cfg.tags`."""
+    # flushed at every logged step: a run that dies midway leaves everything logged until then
+    loggers: list[Logger] = [
+        MetricsCSV(save_dir=run_dir, name="", version="", flush_logs_every_n_steps=1, keep=resumed)
+    ]
+    tags = [str(tag) for tag in cfg.get("tags") or []]
+    for name, node in (cfg.get("logger") or {}).items():
+        if not isinstance(node, DictConfig):
+            raise ConfigError(
+                f"logger.{name}",
+                node,
+                "each key under logger is one tracker's settings (logger.wandb.mode=offline); choose "
+                "trackers with logger=wandb or logger=[tensorboard,wandb]",
+            )
+        tracker = build_tracker(str(name), node, run_dir, tags)
+        if tracker is not None:
+            loggers.append(tracker)
+    params = hyperparameters(cfg) if len(loggers) > 1 else {}
+    for tracker in loggers[1:]:  # metrics.csv's run dir already has the config, in .hydra/config.yaml
+        tracker.log_hyperparams(params)
+    return loggers
+
+
+def build_tracker(name: str, node: DictConfig, run_dir: Path, tags: list[str]) -> Logger | None:
+    """The tracker of the entry `logger.<name>`; None for csv (metrics.csv is always written)."""
+    if name == "csv":
+        return None
+    if name == "tensorboard":
+        return TensorBoard(save_dir=run_dir, name=node.get("name", "tensorboard"), version="")
+    if name == "wandb":
+        return wandb_logger(node, run_dir, tags)
+    if name == "mlflow":
+        return mlflow_logger(node, run_dir, tags)
+    if "_target_" in node:
+        from harness.config import build
+
+        return build(node, f"logger.{name}")
+    raise ConfigError(
+        f"logger.{name}",
+        OmegaConf.to_container(node),
+        f"no such tracker; choose among {', '.join(TRACKERS)} (logger=[csv,wandb]), or give a fork's own "
+        "a _target_ (a Lightning Logger class)",
+    )
+
+
+def wandb_logger(node: DictConfig, run_dir: Path, tags: list[str]) -> Logger:
+    """wandb, offline unless told; the run id kept in `run_dir/wandb/run_id`, so a job started again in the same
+    run dir (a requeued SLURM job resuming from its last.ckpt) continues the same wandb run."""
+    os.environ["WANDB_MODE"] = node.mode  # before wandb is imported: offline means no network at all
+    os.environ.setdefault("WANDB_SILENT", "true")
+    from pytorch_lightning.loggers import WandbLogger
+
+    kept = run_dir / "wandb" / "run_id"
+    run_id = node.get("id") or (kept.read_text().strip() if kept.is_file() else None)
+    # wandb's own alphabet and length for run ids
+    run_id = run_id or "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    if global_rank() == 0:  # DDP ranks share the run dir; only rank 0 starts a wandb run
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(run_id + "\n")
+    return WandbLogger(
+        save_dir=str(run_dir),
+        project=node.project,
+        entity=node.entity,
+        name=node.run_name,
+        group=node.group,
+        tags=[*tags, *(str(tag) for tag in node.get("tags") or [])],
+        offline=node.mode == "offline",
+        id=run_id,
+        resume="allow",  # the id of a run that exists: continue it
+    )
+
+
+def mlflow_logger(node: DictConfig, run_dir: Path, tags: list[str]) -> Logger:
+    """MLflow without a server: a SQLite store in the run dir (`sqlite:///<run dir>/mlflow.db`, artifacts in
+    `<run dir>/mlartifacts`) unless given a tracking_uri. Not MLflow's `file:` store: MLflow 3 refuses it unless
+    told otherwise, and it cannot hold a metric whose name extends another's (the probes log logit/p_correct
+    and logit/p_correct/example_0). The run id is kept in `run_dir/mlflow_run_id`, so a job started again in
+    the same run dir continues the same MLflow run."""
+    os.environ.setdefault(
+        "MLFLOW_LOGGING_LEVEL", "WARNING"
+    )  # before mlflow is imported: no lines per table made
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    kept = run_dir / "mlflow_run_id"
+    logger = MLFlowLogger(
+        experiment_name=node.experiment,
+        run_name=node.run_name,
+        tracking_uri=node.tracking_uri or f"sqlite:///{run_dir / 'mlflow.db'}",
+        artifact_location=None if node.tracking_uri else str(run_dir / "mlartifacts"),
+        tags={tag: "true" for tag in tags},  # MLflow's tags are key=value: search with tags.<tag> = 'true'
+        run_id=kept.read_text().strip() if kept.is_file() else None,
+    )
+    if global_rank() == 0:  # the run is created here rather than at the first log
+        kept.write_text(logger.run_id + "\n")
+    return logger
+
+
+def hyperparameters(cfg: DictConfig) -> dict:
+    """The composed config (Hydra's own settings left out) as one flat dict: {"model.d_model": 64, ...}."""
+    tree = OmegaConf.to_container(cfg, resolve=True)
+    tree.pop("hydra", None)
+    flat: dict = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk(tree, "")
+    return flat
+
+
+class TensorBoard(TensorBoardLogger):
+    """Lightning's TensorBoardLogger, whose hyperparameters reach TensorBoard's HPARAMS tab without a made-up
+    `hp_metric`: they are shown beside the run's own train/loss and val/loss."""
+
+    def __init__(self, save_dir: Path, name: str, version: str):
+        super().__init__(save_dir=save_dir, name=name, version=version, default_hp_metric=False)
+
+    @rank_zero_only
+    def log_hyperparams(self, params, metrics=None, step=None) -> None:
+        super().log_hyperparams(params, metrics=metrics, step=step)  # hparams.yaml; no metrics: no summary
+        if metrics is not None:
+            return
+        from torch.utils.tensorboard.summary import hparams
+
+        # the values of the metric dict are not written: the tab reads these tags from the run's scalars
+        summaries = hparams(self._sanitize_params(params), dict.fromkeys(HP_METRICS, 0.0))
+        writer = tensorboard_file_writer(self.experiment)
+        for summary in summaries:
+            writer.add_summary(summary)
+
+
+class MetricsWriter(ExperimentWriter):
+    """Lightning's metrics.csv, same layout (a column per key, sorted; a row per log call; the file rewritten
+    when a key is new), written at a cost per row of the row's own keys rather than of the file's width.
+
+    The probes make the file wide and sparse (~1,000 columns for a small model, most empty in a given row):
+    Lightning's DictWriter visits every column of every row in Python, and opens the file at every save
+    (every logged step here): more than most probes cost a tiny model (docs/performance.md). Here a row is a copy of
+    a blank row with its own keys filled in, appended to a file kept open and flushed at every save (a
+    killed run keeps every row saved). Floats are written with 9 significant digits, which give back every
+    float32 exactly (what metrics are computed in), cheaper than Python's 17."""
+
+    def __init__(self, log_dir: str, keep: bool = False):
+        """`keep`: a resumed run appends to the metrics.csv already in `log_dir` (Lightning would delete it)."""
+        path = Path(log_dir) / self.NAME_METRICS_FILE
+        aside = path.with_name(path.name + ".resumed")
+        if keep and path.is_file():
+            os.replace(path, aside)
+        super().__init__(log_dir)
+        self.column: dict[str, int] = {}  # key -> its column in the current header
+        self.file = None
+        if aside.is_file():
+            os.replace(aside, path)
+            with open(path, newline="") as f:
+                self.metrics_keys = next(csv.reader(f), [])
+            self.column = {key: i for i, key in enumerate(self.metrics_keys)}
+
+    def log_metrics(self, metrics_dict: dict, step: int | None = None) -> None:
+        """Lightning's, with a fast path for plain floats (what the probes log: ~100 keys a step)."""
+        metrics = {k: v if type(v) is float else self._value(v) for k, v in metrics_dict.items()}
+        metrics["step"] = len(self.metrics) if step is None else step
+        self.metrics.append(metrics)
+
+    @staticmethod
+    def _value(value):
+        return value.item() if isinstance(value, Tensor) else value
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        new_keys = set().union(*self.metrics).difference(self.column)
+        if new_keys:
+            self.close()
+            self.metrics_keys = sorted([*self.metrics_keys, *new_keys])
+            self.column = {key: i for i, key in enumerate(self.metrics_keys)}
+            if os.path.isfile(self.metrics_file_path):
+                rewrite_csv_header(self, self.metrics_keys)
+            else:
+                with open(self.metrics_file_path, "w", newline="") as file:
+                    csv.writer(file).writerow(self.metrics_keys)
+        if self.file is None:
+            self.file = open(self.metrics_file_path, "a", newline="")  # noqa: SIM115 -- kept open: see close
+            self.writer = csv.writer(self.file)
+        blank = [""] * len(self.column)
+        rows = []
+        for metrics in self.metrics:
+            row = blank.copy()
+            for key, value in metrics.items():
+                row[self.column[key]] = f"{value:.9g}" if type(value) is float else value
+            rows.append(row)
+        self.writer.writerows(rows)
+        self.file.flush()
+        self.metrics = []
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class MetricsCSV(CSVLogger):
+    """Lightning's CSVLogger writing through MetricsWriter (metrics.csv and hparams.yaml in the run dir);
+    `keep`: a resumed run's rows are appended to those already there."""
+
+    def __init__(self, *args, keep: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.keep = keep
+
+    @property
+    @rank_zero_experiment  # other DDP ranks write nothing
+    def experiment(self) -> MetricsWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = MetricsWriter(log_dir=self.log_dir, keep=self.keep)
+        return self._experiment
+
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        if self._experiment is not None:
+            self._experiment.close()
+
+
+def finish_loggers(loggers: list[Logger], status: str) -> None:
+    """Finish what was opened, also after an error (a wandb run left open hangs the next one)."""
+    for logger in loggers:
+        logger.finalize(status)
+        if type(logger).__name__ == "WandbLogger":
+            import wandb
+
+            wandb.finish(exit_code=0 if status == "success" else 1)

@@ -1,0 +1,146 @@
+"""The LightningModule: any Model contract, the configured loss (harness.ops.loss), optimizer and schedule, the
+metrics of a verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytorch_lightning as pl
+import torch
+from einops import rearrange
+from torch import nn
+
+from harness.compat import lightning_logs_now
+from harness.ops.loss import CrossEntropy, Loss
+from harness.train.optim import adamw, parameter_groups
+
+
+def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Float[stat, b, time], detached, at every position: p(target), the entropy (nats), the top-1 mass, and
+    whether the target is the one most probable token (0/1; another token of equal probability makes it
+    wrong, so a constant output never scores).
+
+    One softmax and the passes over the vocabulary that read it (three amax, a dot product; a gather and a
+    scatter of one entry a position): on every logged step, and on every step the logit-mass probe
+    (harness.probes.logits) logs. No max or argmax (on the CPU far slower than an amax) and no log-probabilities: the
+    entropy is lse - E_p[logit], with the log-sum-exp from the top logit and its probability (>= 1/vocab, so
+    never log 0); absolute error ~1e-7 x the logits' size."""
+    with torch.no_grad():
+        logits = logits.detach().float()
+        p = logits.softmax(dim=-1)  # a new tensor: ours to overwrite below
+        top1 = p.amax(dim=-1)
+        lse = logits.amax(dim=-1) - top1.log()
+        entropy = (lse - torch.linalg.vecdot(p, logits)).clamp_min(0)
+        index = targets[..., None]
+        p_target = p.gather(-1, index)[..., 0]
+        rival = p.scatter_(-1, index, -1.0).amax(dim=-1)  # the most probable other token
+        correct = (p_target > rival).float()
+        return rearrange([p_target, entropy, top1, correct], "stat b time -> stat b time")
+
+
+def step_stats(outputs: dict, batch: dict) -> torch.Tensor:
+    """The training step's position_stats, computed once from the logits it returned and kept in `outputs`:
+    the logit-mass probe and the module's own logging, both at the end of the step, share one pass."""
+    if outputs.get("position_stats") is None:
+        outputs["position_stats"] = position_stats(outputs["logits"], batch["targets"])
+    return outputs["position_stats"]
+
+
+def masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    """Accuracy and p(correct) (mean probability of the target) over the masked positions, from position_stats."""
+    mask = loss_mask.float()
+    total = mask.sum()
+    return {"acc": (stats[3] * mask).sum() / total, "p_correct": (stats[0] * mask).sum() / total}
+
+
+class HarnessModule(pl.LightningModule):
+    """Trains `model` on Batch dicts {input_ids, targets, loss_mask}; logs loss, acc and p_correct
+    under train/ and val/. The model holds architecture only: everything else lives here or in probes."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: Loss | None = None,
+        optimizer: Callable | None = None,
+        schedule: Callable | None = None,
+        total_steps: int = 1,
+        compile: bool | str = False,
+    ):
+        """`loss`: the training objective (harness.ops.loss.loss_of(cfg); None: cross entropy). `optimizer`: called
+        with the parameter groups (the `optim` config, built `_partial_`; None: AdamW at 3e-3). `schedule`: called
+        as schedule(optimizer, total_steps=total_steps) (None: a constant rate)."""
+        super().__init__()
+        self.model = model
+        self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
+        self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
+        self.step_lr: float | None = None  # the learning rate the latest training step used
+        self.loss = loss or CrossEntropy()
+        # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
+        # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
+        # (validation, the verdict's evaluation, probes and preflight checks, their hooks on `token_embedding`)
+        # runs the plain model: same weights, and nothing they report can depend on the compiler.
+        # A string names the torch.compile backend (true: its default, inductor).
+        backend = compile if isinstance(compile, str) else "inductor"
+        self.__dict__["train_forward"] = torch.compile(model, backend=backend) if compile else model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids)
+
+    def final_loss(self) -> float | None:
+        """The latest training step's loss as a float (one host sync); None before the first step."""
+        return None if self.last_loss is None else self.last_loss.item()
+
+    def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        """The loss of a forward pass of the plain model, and its metrics {loss, acc, p_correct}."""
+        logits = self.model(batch["input_ids"])
+        loss = self.loss(logits, batch["targets"], batch["loss_mask"])
+        stats = position_stats(logits, batch["targets"])
+        return loss, {"loss": loss.detach(), **masked_metrics(stats, batch["loss_mask"])}
+
+    def training_step(self, batch: dict, batch_idx: int) -> dict:
+        logits = self.train_forward(batch["input_ids"])
+        loss = self.loss(logits, batch["targets"], batch["loss_mask"])
+        self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
+        self.step_lr = self.trainer.optimizers[0].param_groups[0][
+            "lr"
+        ]  # this step's; the schedule moves on first
+        # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
+        return {"loss": loss, "logits": logits.detach()}
+
+    def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
+        # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
+        # Lightning write this step's metrics, so they are logged here, not in training_step; and only on the
+        # steps Lightning writes (every log_every_n_steps): a self.log call costs about as much whether or not
+        # it is written, the statistics a pass over the logits.
+        if not self.logs_now():
+            return
+        metrics = {"loss": self.last_loss, **masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
+        self.log("lr", self.step_lr, on_step=True, on_epoch=False)
+        self.log_dict(
+            {f"train/{k}": v for k, v in metrics.items()},
+            on_step=True,
+            on_epoch=False,
+            batch_size=batch["input_ids"].shape[0],
+        )
+
+    def logs_now(self) -> bool:
+        """Whether Lightning writes this step's logged values: every log_every_n_steps, and the last step."""
+        return lightning_logs_now(self.trainer)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        _, metrics = self.loss_and_metrics(batch)
+        # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
+        self.log_dict(
+            {f"val/{k}": v for k, v in metrics.items()},
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch["input_ids"].shape[0],
+            sync_dist=True,
+        )
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer(parameter_groups(self.model))
+        if self.schedule is None:
+            return optimizer
+        scheduler = self.schedule(optimizer, total_steps=self.total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,72 @@
+"""The optimizer's parameter groups and the learning-rate schedules, as the `optim` and `schedule` configs
+build them.
+
+An `optim` config is a `_partial_` optimizer (`torch.optim.AdamW`, `torch.optim.SGD`, or a fork's own):
+harness calls it with the parameter groups. A `schedule` config is a `_partial_` callable called as
+`schedule(optimizer, total_steps=...)` that returns a torch LR scheduler, stepped once per optimizer step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import nn
+
+
+def embedding_weights(model: nn.Module) -> set[int]:
+    """The ids of the token (and position) embeddings' weights: tensors read row by row, not as matrices."""
+    return {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+
+
+def parameter_groups(model: nn.Module) -> list[dict]:
+    """Two groups: the weights of matrices and convolutions, decayed as the optimizer's `weight_decay`
+    says; and norms, biases and embeddings, never decayed (shrinking a norm's gain or an embedding row
+    towards 0 is not regularization, the GPT-2/nanoGPT rule). A tensor tied to two modules counts once,
+    as an embedding when it is one."""
+    embedded = embedding_weights(model)
+    decay, keep = [], []
+    for _, p in model.named_parameters():  # named_parameters yields a tied tensor once
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 and id(p) not in embedded else keep).append(p)
+    return [{"params": decay}, {"params": keep, "weight_decay": 0.0}]
+
+
+def adamw(lr: float = 3e-3, **kwargs) -> Callable:
+    """The optimizer a LightningModule gets when no `optim` config is given (benches, tests)."""
+    return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **kwargs)
+
+
+def multiplier(step: int, shape: str, warmup_steps: int, total_steps: int, floor: float) -> float:
+    """The learning rate at optimizer step `step` as a fraction of its peak: a linear warmup over
+    `warmup_steps` from 1/warmup_steps to 1, then `shape` (constant | cosine | linear) down to `floor`
+    at `total_steps`, and `floor` after it."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if shape == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    decayed = 0.5 * (1 + math.cos(math.pi * progress)) if shape == "cosine" else 1 - progress
+    return floor + (1 - floor) * decayed
+
+
+def schedule(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    shape: str = "constant",
+    warmup_steps: int = 0,
+    min_lr: float | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR over `multiplier`; `min_lr` (absolute) is where cosine and linear end, None: a tenth of
+    the peak."""
+    from harness.train.rules import check_schedule
+
+    peak = optimizer.param_groups[0]["lr"]
+    check_schedule(shape, warmup_steps, min_lr, peak)
+    floor = 0.1 if min_lr is None else (min_lr / peak if peak else 0.0)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        partial(multiplier, shape=shape, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor),
+    )

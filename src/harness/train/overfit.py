@@ -1,0 +1,228 @@
+"""Overfit mode (practice P3, P4): memorize the first n training examples, re-seeded every step.
+
+The train loader yields the same batch of all n examples at every step; validation runs on the same n.
+The run stops as soon as the training loss reaches the achievable floor plus `mode.target_loss`."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter, defaultdict
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from harness.batches import collate_of, first_items, indexable, to_device, training_mode
+from harness.errors import ConfigError
+from harness.seeding import seed_all
+
+log = logging.getLogger(__name__)
+
+
+class Head(Dataset):
+    """The first `n` examples of a dataset, with their source records. A map-style dataset is read again at every
+    step (its own randomness, re-seeded, stays on); a stream's first n items are kept as it yielded them."""
+
+    def __init__(self, dataset, n: int):
+        self.dataset, self.n = dataset, n
+        self.kept = None if indexable(dataset) else first_items(dataset, n)
+
+    @property
+    def available(self) -> int:
+        """Examples the dataset holds, as far as the first n: fewer than n where it is smaller."""
+        return min(self.n, len(self.dataset) if self.kept is None else len(self.kept))
+
+    def __len__(self) -> int:
+        return self.available
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.dataset[i] if self.kept is None else self.kept[i]
+
+    def record(self, i: int) -> dict:
+        return self.dataset.record(i)
+
+
+class OverfitData(pl.LightningDataModule):
+    """The first `n` examples of `base`'s training split, as one fixed batch repeated `steps` times."""
+
+    def __init__(self, base: pl.LightningDataModule, n: int, steps: int):
+        super().__init__()
+        self.base, self.n, self.steps = base, n, steps
+        self.train_dataset = self.val_dataset = None
+
+    @property
+    def tokenizer(self):
+        return self.base.tokenizer
+
+    def prepare_data(self) -> None:
+        self.base.prepare_data()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.base.setup(stage)
+        head = Head(self.base.train_dataset, self.n)
+        available = head.available
+        if not available:
+            raise ConfigError(
+                "n", self.n, "the training split is empty; give data with at least one training example"
+            )
+        if self.n > available:
+            raise ConfigError(
+                "n",
+                self.n,
+                f"the training split has only {available} examples; "
+                f"use n<={available} or a larger dataset (data.size)",
+            )
+        self.train_dataset = self.val_dataset = head
+        # the fork's own collate (its padding, say) makes the batch, as its loaders would
+        self.collate = collate_of(self.base.train_dataloader())
+
+    def train_dataloader(self) -> DataLoader:
+        same_batch_every_step = [list(range(self.n))] * self.steps
+        return DataLoader(self.train_dataset, batch_sampler=same_batch_every_step, collate_fn=self.collate)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_dataset, batch_size=self.n, shuffle=False, collate_fn=self.collate)
+
+    def batch(self) -> dict:
+        """The one batch every step sees."""
+        return next(iter(self.val_dataloader()))
+
+
+def achievable_floor(batch: dict) -> float:
+    """The lowest mean loss every correct causal model can reach on `batch`.
+
+    Where two masked positions share their whole context (input_ids[:t+1]) but differ in target, no
+    model can tell them apart: the best it can do is the empirical distribution of those targets.
+    A context that is one token repeated (`aaaa`) counts as one context whatever its length: a model
+    with relative positions only (RoPE, ALiBi, none) and no start token sees identical values at every
+    key, so every attention average, and the output, is the same at each position of that run.
+    The floor is the mean over masked positions of -log p_empirical(target | context)."""
+    ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
+    counts: dict[tuple, Counter] = defaultdict(Counter)
+    positions = [
+        (distinguishable(row[: t + 1]), targets[b][t])
+        for b, row in enumerate(ids)
+        for t in range(len(row))
+        if mask[b][t]
+    ]
+    for context, target in positions:
+        counts[context][target] += 1
+    return sum(-math.log(counts[c][y] / sum(counts[c].values())) for c, y in positions) / len(positions)
+
+
+def distinguishable(context: list[int]) -> tuple:
+    """What any causal model can know of a context: all of it, except the length of a run of one token."""
+    return ("run", context[0]) if len(set(context)) == 1 else tuple(context)
+
+
+class Reseed(pl.Callback):
+    """Seeds every source of randomness with the same seed before each training and validation step,
+    so dropout and any random masking stay on but are identical step to step (practice P3)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        log.info("overfit mode: re-seeding torch, numpy and random with seed=%d before every step", self.seed)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        seed_all(self.seed)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        seed_all(self.seed)
+
+
+class StopAtTarget(pl.Callback):
+    """Stops training when the step's loss is within `target` of `floor`; remembers when."""
+
+    def __init__(self, floor: float, target: float):
+        self.floor, self.target = floor, target
+        self.last_loss = math.inf
+        self.reached_at: int | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # the mean over DDP ranks (the loss itself with one process): every rank stops at the same step, none
+        # is left waiting in an all-reduce. The verdict needs it every step: one sync, tiny batch.
+        self.last_loss = trainer.strategy.reduce(outputs["loss"].detach(), reduce_op="mean").item()
+        if self.last_loss <= self.floor + self.target and self.reached_at is None:
+            self.reached_at = trainer.global_step
+            trainer.should_stop = True
+
+    @property
+    def passed(self) -> bool:
+        return self.reached_at is not None
+
+
+@torch.no_grad()
+def evaluate(
+    module: pl.LightningModule, batch: dict, training: bool = False, seed: int | None = None
+) -> dict:
+    """loss, acc and p_correct of `module` on `batch`, as floats: in eval mode, or in train mode re-seeded
+    with `seed` first (as an overfit step sees it)."""
+    if seed is not None:
+        seed_all(seed)
+    with training_mode(module, training):
+        _, metrics = module.loss_and_metrics(to_device(batch, module.device))
+    return {k: v.item() for k, v in metrics.items()}
+
+
+def eval_gap(train: dict, evaluated: dict) -> str | None:
+    """What it means when the n memorized examples score much worse in eval mode than in train mode (None
+    when they do not): accuracy lower by more than 0.1, or a loss more than doubled and 0.1 higher."""
+    worse_acc = evaluated["acc"] < train["acc"] - 0.1
+    worse_loss = evaluated["loss"] > max(2 * train["loss"], train["loss"] + 0.1)
+    if not (worse_acc or worse_loss):
+        return None
+    return (
+        f"in eval mode the same examples score accuracy {evaluated['acc']:.2f} and loss {evaluated['loss']:.4f}, "
+        f"against {train['acc']:.2f} and {train['loss']:.4f} in train mode: they were memorized only with "
+        "what runs in training: dropout too high, a branch that runs only in training or only in eval "
+        "(self.training), or batch statistics (BatchNorm) unlike their running averages"
+    )
+
+
+class Overfit:
+    """mode=overfit: memorize the first n training examples (one batch, every step); PASS when the training
+    loss reaches the floor plus `mode.target_loss`. The mode object harness.train.run asks what differs by mode."""
+
+    name = "overfit"
+
+    def __init__(self, cfg):
+        self.cfg, self.n = cfg, cfg.n
+        self.batch: dict | None = None
+        self.target: StopAtTarget | None = None
+
+    def data(self, base: pl.LightningDataModule) -> OverfitData:
+        return OverfitData(base, n=self.n, steps=self.cfg.mode.max_steps)
+
+    def callbacks(self, data: OverfitData, verdict, checkpoints) -> list[pl.Callback]:
+        self.batch = data.batch()
+        verdict.floor = achievable_floor(self.batch)
+        self.target = StopAtTarget(verdict.floor, self.cfg.mode.target_loss)
+        return [self.target] + ([Reseed(self.cfg.seed)] if self.cfg.mode.reseed else [])
+
+    def judge(self, verdict, trainer: pl.Trainer, module: pl.LightningModule, checkpoints) -> None:
+        trainer.save_checkpoint(checkpoints / "last.ckpt")
+        final = evaluate(module, self.batch)
+        trained = evaluate(module, self.batch, training=True, seed=self.cfg.seed)
+        verdict.status = "PASS" if self.target.passed else "FAIL"
+        verdict.final_loss = self.target.last_loss
+        verdict.val_loss = verdict.eval_loss = final["loss"]  # eval mode, on the same n examples
+        verdict.accuracy = verdict.eval_accuracy = final["acc"]
+        verdict.p_correct = final["p_correct"]
+        verdict.train_accuracy = trained["acc"]  # train mode, re-seeded as a step: the final weights
+        verdict.eval_gap = eval_gap(trained, final)
+
+    def summary(self, verdict) -> str:
+        goal = verdict.floor + self.cfg.mode.target_loss
+        reached = "reached" if verdict.status == "PASS" else "did not reach"
+        return (
+            f"{verdict.status}: {verdict.model} ({verdict.model_group}) on n={verdict.n} {verdict.data} "
+            f"examples {reached} the goal in {verdict.steps} steps, {verdict.seconds:.1f} s: final loss "
+            f"{verdict.final_loss:.4f}, goal {goal:.4f} (floor {verdict.floor:.4f} + target "
+            f"{self.cfg.mode.target_loss}); eval mode: accuracy {verdict.accuracy:.2f}, "
+            f"p(correct) {verdict.p_correct:.3f}"
+        )

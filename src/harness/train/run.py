@@ -1,0 +1,295 @@
+"""Training, one job: data -> model -> preflight -> fit -> verdict.json, each stage one call of `stages`.
+
+`run(cfg)` is the whole of it for a composed config (train.py's job calls it; so may code of yours). mode=eval
+and the doctor are tasks of their own (harness.report.evaluate, harness.report.doctor): harness.cli.task
+chooses; `open_job` is what every task does first."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import build, validate
+from harness.config.schema import MODES
+from harness.config.tree import show_config
+from harness.errors import ConfigError
+from harness.ops.loss import loss_of
+from harness.report.symptoms import judge as judge_symptoms
+from harness.report.symptoms import nonfinite
+from harness.report.verdict import Verdict
+from harness.seeding import seed_all
+from harness.train.checkpoints import (
+    ResumeState,
+    check_resume_mode,
+    find_checkpoint,
+    interrupted_here,
+    load_checked,
+)
+from harness.train.devices import check_devices, global_rank, started_by_lightning
+from harness.train.interrupt import StopOnSignal
+from harness.train.loggers import build_loggers, finish_loggers
+from harness.train.module import HarnessModule
+from harness.train.nonfinite import NonFinite, NonFiniteGuard
+from harness.train.signals import Interrupted
+from harness.train.trainer import build_callbacks, build_trainer
+
+log = logging.getLogger(__name__)
+
+#: a verdict's exit code; INTERRUPTED exits 128 + the signal's number
+EXIT_CODES = {"PASS": 0, "DONE": 0, "DEBUG": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4, "SYMPTOM": 5}
+
+
+def exit_code(verdict: dict) -> int:
+    if verdict["status"] == "INTERRUPTED":
+        return 128 + verdict["signal"]
+    return EXIT_CODES.get(verdict["status"], 1)
+
+
+def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> str | None:
+    """The checkpoint to resume from, checked against the model: `last` is the newest last.ckpt of an
+    earlier run under the same outputs folder. Loaded weights-only: a checkpoint cannot run code."""
+    if ckpt_path is None:
+        return None
+    ckpt_path = find_checkpoint(ckpt_path, run_dir)
+    load_checked(ckpt_path, module.state_dict(), "resume with the config it was trained with")
+    return ckpt_path
+
+
+def open_job(cfg: DictConfig, checked: bool = False) -> Path:
+    """What every task does first; returns its run dir. The config validated: whole, or only where it runs
+    (its devices) when the door has `checked` the rest; a checkpoint another mode saved refused; the config tree
+    written (rank 0; on the console too unless in a sweep)."""
+    if checked:
+        check_devices(cfg.trainer)  # this machine's: the door may have checked the config on another
+    else:
+        validate(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if not started_by_lightning():  # before any work
+        check_resume_mode(cfg, run_dir)
+    if writes():
+        show_config(cfg, run_dir, console=HydraConfig.get().mode != RunMode.MULTIRUN)
+    return run_dir
+
+
+def run(cfg: DictConfig, checked: bool = False) -> dict:
+    """Train one job. Returns its verdict (also written to verdict.json in the Hydra output dir). `checked`: the
+    door (harness.cli.door) has validated the config already."""
+    run_dir = open_job(cfg, checked)
+    # from here a signal stops the job with its verdict: at once, or during a training step at the step's end
+    interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
+    interrupt.install()
+    try:
+        verdict = run_job(cfg, run_dir, interrupt)
+    finally:
+        interrupt.restore()
+    if verdict["status"] == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
+        interrupt.hand_on()
+    return verdict
+
+
+def mode_for(cfg: DictConfig):
+    """The training regime object of `cfg.mode.name` (harness.config.schema.MODES names its class)."""
+    regime = MODES[cfg.mode.name][1]
+    if regime is None:  # mode=eval: a task of its own
+        raise ConfigError(
+            "mode", cfg.mode.name, "run() trains; evaluate with eval.py (harness.cli.task.perform runs any task)"
+        )
+    return get_class(regime)(cfg)
+
+
+def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
+    """The job's stages (harness.train.run.stages); a signal outside a training step raises Interrupted wherever it
+    lands, and the verdict says INTERRUPTED all the same. Returns the verdict as a dict."""
+    started = time.perf_counter()
+    mode = mode_for(cfg)
+    verdict = start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
+    try:
+        return stages(cfg, run_dir, interrupt, mode, verdict, started)
+    except Interrupted as stop:
+        interrupt.holding = True  # another signal while the verdict is written is only noted
+        verdict.status, verdict.signal = "INTERRUPTED", stop.signum
+        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {interrupt.phase}"
+        return finish(verdict, started, run_dir, logging.WARNING, message)
+
+
+def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdict: Verdict, started: float):
+    """The stages of one job, in order: build, preflight, fit, judge. Returns the verdict as a dict."""
+    torch.set_flush_denormal(bool(cfg.flush_denormal))
+    seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
+    interrupt.phase = "data generation and the model's construction"
+    data, module = build_parts(cfg, mode)
+    # the class, e.g. LlamaForCausalLM, or the name the model gives itself
+    verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
+    # before the preflight's work: a bad probe or callback is a config error; a fork without probes has none
+    probes = (
+        build(
+            cfg.probes, "probes", run_dir=run_dir, data=data, overfit=mode.name == "overfit", loss=module.loss
+        )
+        if cfg.get("probes") is not None
+        else []
+    )
+    extra = build_callbacks(cfg)
+
+    interrupt.phase = "the preflight"
+    preflight(cfg, module, data, verdict)
+    if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
+        verdict.status = "PREFLIGHT_FAIL"
+        message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
+        return finish(verdict, started, run_dir, logging.ERROR, message)
+
+    checkpoints = run_dir / "checkpoints"
+    callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
+    # a job requeued into the dir it was interrupted in continues from its own last.ckpt
+    ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
+    if ckpt_path is not None and cfg.ckpt_path is None:
+        log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
+    # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
+    loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
+    interrupt.phase = "the start of training"
+    stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers)
+
+    verdict.steps = trainer.global_step
+    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
+        verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
+    verdict.items.setdefault("symptoms", [])
+    if stopped is not None:
+        interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
+        message = stopped_early(verdict, stopped, module, checkpoints, interrupt.phase)
+        return finish(verdict, started, run_dir, logging.WARNING, message)
+    interrupt.phase = "judging and plotting"
+    if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
+        verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
+        message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
+        return finish(verdict, started, run_dir, logging.INFO, message, fail_on=symptoms_fail(cfg))
+    mode.judge(verdict, trainer, module, checkpoints)
+    if writes() and verdict.eval_gap:
+        log.warning("eval gap: %s", verdict.eval_gap)
+    return finish(
+        verdict, started, run_dir, logging.INFO, None, summary=mode.summary, fail_on=symptoms_fail(cfg)
+    )
+
+
+def symptoms_fail(cfg: DictConfig) -> bool:
+    """probes.symptoms.fail: whether a symptom ends a run that would PASS or be DONE as SYMPTOM (exit 5)."""
+    return bool(OmegaConf.select(cfg, "probes.symptoms.fail", default=False))
+
+
+def build_parts(cfg: DictConfig, mode) -> tuple:
+    """The datamodule (set up, as the mode wants it) and the LightningModule around the configured model."""
+    data = mode.data(build(cfg.data, "data"))
+    data.prepare_data()
+    data.setup("fit")
+    model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
+    module = HarnessModule(
+        model,
+        loss=loss_of(cfg),
+        optimizer=build(cfg.optim, "optim"),
+        schedule=build(cfg.schedule, "schedule") if cfg.get("schedule") else None,
+        total_steps=cfg.mode.max_steps,
+        compile=cfg.compile,
+    )
+    return data, module
+
+
+def start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
+    """What the verdict knows before anything is built (the model's class is added once it is)."""
+    choices = HydraConfig.get().runtime.choices
+    debug = {"debug": cfg.debug.name} if cfg.get("debug") else {}  # a debug=... run says which
+    return Verdict(
+        mode=cfg.mode.name,
+        n=n,
+        model_group=choices.get("model"),  # the config group's option, e.g. hf
+        data=choices.get("data"),
+        length=cfg.data.length,
+        rule=cfg.data.get("rule"),
+        seed=cfg.seed,
+        steps=0,
+        run_dir=str(run_dir),
+        items=debug,
+    )
+
+
+def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) -> None:
+    """The preflight's rows and seconds into the verdict. A rank Lightning started exists only because rank
+    0's preflight passed; ranks SLURM starts together each run it (same seed, same data, same decision), so
+    none is left waiting for a rank that stopped."""
+    from harness.checks.preflight import run_preflight
+
+    started = time.perf_counter()
+    verdict.checks = [] if started_by_lightning() else run_preflight(module, data, cfg)
+    verdict.preflight_seconds = round(time.perf_counter() - started, 3)
+
+
+def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
+    """Train; the NonFinite or Interrupted that ended it early, or None. The loggers are finished either way."""
+    outcome, stopped = "failed", None
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        outcome = "success"
+    except (NonFinite, Interrupted) as err:
+        stopped = err
+    finally:
+        finish_loggers(loggers, outcome)
+    return stopped
+
+
+def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
+    """Record why training ended before its last step; the console line that says so."""
+    verdict.final_loss = module.final_loss()
+    if isinstance(stopped, Interrupted):
+        verdict.status, verdict.signal = "INTERRUPTED", stopped.signum
+        # a second signal stops at once, maybe before the step's checkpoint: then the last periodic one, if any
+        last = checkpoints / "last.ckpt"
+        verdict.checkpoint = str(last) if last.is_file() else None
+        return (
+            f"INTERRUPTED by {signal.Signals(stopped.signum).name} during {phase} after {verdict.steps} steps"
+        )
+    log.error("%s: stopped; the weights are those before that step", stopped)
+    verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
+    symptoms = verdict.items.setdefault("symptoms", [])
+    # the probes' sink reports it itself, when there are probes
+    if not any(s["name"] == "nonfinite" for s in symptoms):
+        found = nonfinite(stopped)
+        log.warning("%s", found.line())
+        symptoms.append(found.as_dict())
+    return f"{verdict.status} after {verdict.steps} steps"
+
+
+def finish(
+    verdict: Verdict,
+    started: float,
+    run_dir: Path,
+    level: int,
+    message: str | None,
+    summary=None,
+    fail_on: bool = False,
+) -> dict:
+    """Stamp the time, judge the symptoms (`fail_on`: probes.symptoms.fail), write verdict.json (rank 0 only: DDP
+    ranks share the run dir), say how the run ended."""
+    verdict.seconds = round(time.perf_counter() - started, 3)
+    line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
+    judge_symptoms(verdict, fail_on)
+    if writes():
+        path = verdict.write(run_dir)
+        log.log(level, "%s", line if summary else f"{line}: verdict {path}")
+        if verdict.status == "SYMPTOM":
+            names = sorted({s["name"] for s in verdict.items["symptoms"]})
+            log.error("SYMPTOM: %s (probes.symptoms.fail=true turns them into exit 5)", ", ".join(names))
+        if summary:
+            log.info("verdict: %s", path)
+    return verdict.as_dict()
+
+
+def writes() -> bool:
+    """Whether this process writes the run's files: rank 0 alone."""
+    return global_rank() == 0

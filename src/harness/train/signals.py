@@ -1,0 +1,194 @@
+"""What SIGINT, SIGTERM and SIGUSR2 do at every moment of a run or a sweep, so that a signal always lands within
+seconds: a run stops with an INTERRUPTED verdict and exits 128 + the signal, a sweep stops every job.
+
+A training step is finished and checkpointed first (harness.train.checkpoints.StopOnSignal); anywhere else (start-up, data
+generation, the preflight, judging and plots) the handler raises Interrupted at once. A second signal raises at
+once everywhere. This module imports nothing heavy: train.py's first handler is installed before torch is."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Ctrl-C, a polite kill (and SLURM at the time limit), and the warning SLURM sends ahead of the time
+#: limit when asked (the submitit launcher asks for SIGUSR2 signal_delay_s before it)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ()))
+
+#: a repeat within this many seconds of the first signal is the same request, not a second one: Ctrl-C in a
+#: terminal reaches every process of the group, and a sweep's main process passes it on to its workers too
+SAME_REQUEST_S = 1.0
+
+#: in a sweep dir: the signal that stopped the sweep; a job that has not started yet sees it and does not start
+MARKER = ".interrupted"
+
+
+class Interrupted(BaseException):
+    """A signal stopped the run. A BaseException, as KeyboardInterrupt: no `except Exception` on its way (a
+    library's fallback, Hydra's job runner, a job's error verdict) mistakes it for an error and goes on."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+class SignalGate:
+    """The handler of SIGNALS: records the first signal, then raises Interrupted at once, unless `deferring`
+    (inside a training step: whoever set it acts on `received` at the step's end) or `holding` (the verdict is
+    being written, or this process only passes signals on). A repeat raises even while deferring."""
+
+    def __init__(self, deferring: bool = False, holding: bool = False):
+        self.received: int | None = None
+        self.deferring, self.holding = deferring, holding
+        self._first_at = 0.0
+        self._previous: dict[int, object] = {}
+
+    def handle(self, signum, frame) -> None:
+        now = time.monotonic()
+        repeat = self.received is not None
+        if not repeat:
+            self.received, self._first_at = signum, now
+        elif now - self._first_at < SAME_REQUEST_S:
+            return
+        self.noticed(signum, repeat)
+        if self.holding or (self.deferring and not repeat):
+            return
+        raise Interrupted(self.received)
+
+    def noticed(self, signum: int, repeat: bool) -> None:
+        """What a signal does before the gate decides whether to raise: say so (subclasses do more)."""
+        if self.holding:
+            action = "noted"
+        elif self.deferring and not repeat:
+            action = "stopping after this step (again: at once)"
+        else:
+            action = "stopping now"
+        log.warning("%s received%s: %s", signal.Signals(signum).name, " again" if repeat else "", action)
+
+    def install(self) -> None:
+        for signum in SIGNALS:
+            # the first handler found is what restore() puts back
+            self._previous.setdefault(signum, signal.signal(signum, self.handle))
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+
+def leave_at_once() -> None:
+    """From now on (the process is exiting: loggers, worker pools and Python itself shut down) a signal ends
+    the process at once with 128 + its number, rather than being raised where nothing would catch it."""
+
+    def leave(signum, frame) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, leave)
+
+
+def ignore_from_now() -> None:
+    """Ignore these signals for the rest of the process's life. Registered with atexit first, so run last: once
+    Python's own finalization begins it puts the default action back in place of any Python handler (but not of
+    an ignored signal), and a signal during the seconds that torch's teardown can take would kill the process
+    with no exit code of its own."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def gate_of(handler) -> SignalGate | None:
+    """The SignalGate whose handler `handler` is, else None."""
+    owner = getattr(handler, "__self__", None)
+    return owner if isinstance(owner, SignalGate) else None
+
+
+def handled_here() -> bool:
+    """Whether harness's own gate handles signals in this process (train.py's launching process, a joblib worker):
+    not in a submitit job, whose signals submitit handles (it requeues a job stopped at SLURM's time limit)."""
+    return gate_of(signal.getsignal(signal.SIGTERM)) is not None
+
+
+def guard_worker() -> None:
+    """In a joblib (loky) worker, which runs sweep jobs one after another: a gate that only notes a signal, so
+    that one arriving between jobs (passed on by the launching process, SweepStop) does not kill the worker; the
+    launcher would then kill every other worker before it writes its verdict."""
+    import multiprocessing
+
+    if multiprocessing.current_process().name.startswith("LokyProcess") and not handled_here():
+        SignalGate(holding=True).install()
+
+
+def mark_stopped(sweep_dir: Path, signum: int) -> None:
+    """Record in the sweep dir that a signal stopped the sweep: jobs not started yet see it and do not start,
+    and the summary's exit code says so. The first signal recorded stays."""
+    marker = Path(sweep_dir) / MARKER
+    if not marker.exists():
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{signum}\n")
+
+
+def stopped(sweep_dir: Path) -> int | None:
+    """The signal that stopped the sweep in `sweep_dir`, or None while it runs."""
+    marker = Path(sweep_dir) / MARKER
+    try:
+        return int(marker.read_text().strip() or signal.SIGTERM)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def loky_workers(pid: int) -> list[int]:
+    """The joblib (loky) worker processes among `pid`'s children (hydra/launcher=parallel), read from /proc;
+    loky's resource tracker, which ignores these signals anyway, is left out."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children += [int(c) for c in task.read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    workers = []
+    for child in children:
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        if b"loky" in command and b"resource_tracker" not in command:
+            workers.append(child)
+    return workers
+
+
+class SweepStop(SignalGate):
+    """The launching process of a sweep (installed by harness.report.summary.SweepSummary when the multirun starts): a
+    signal marks the sweep dir stopped and is passed on to the joblib workers, whose running jobs stop (each with
+    its INTERRUPTED verdict) and whose queued jobs do not start; the launcher then returns, the summary is written
+    for what finished and the process exits 128 + the signal. A basic-launcher job runs in this process under its
+    own handler. It never raises: raising inside joblib would kill the workers before they write a verdict."""
+
+    def __init__(self, sweep_dir: Path):
+        super().__init__(holding=True)
+        self.sweep_dir = Path(sweep_dir)
+
+    def install(self) -> None:
+        (self.sweep_dir / MARKER).unlink(missing_ok=True)  # a sweep dir given again starts unstopped
+        super().install()
+
+    def noticed(self, signum: int, repeat: bool) -> None:
+        mark_stopped(self.sweep_dir, self.received)
+        workers = loky_workers(os.getpid())
+        for pid in workers:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                continue
+        log.warning(
+            "%s received%s: stopping the sweep%s",
+            signal.Signals(signum).name,
+            " again" if repeat else "",
+            f" (passed on to workers {', '.join(map(str, workers))})" if workers else "",
+        )
