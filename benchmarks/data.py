@@ -340,7 +340,9 @@ def measure(
             data = stdlib_data(Path(root), vocab_size, workers, stdlib_bytes, length, batch_size)
             bpe_s = time.perf_counter() - started
             rates = throughput(data, reps)
-        memory = peak_memory(corpus_mb, data.corpus.tokenizer_dir / "tokenizer.json", vocab_size, workers, length)
+        memory = peak_memory(
+            corpus_mb, data.corpus.tokenizer_dir / "tokenizer.json", vocab_size, workers, length
+        )
         loader = loader_share(data, size, warmup, steps)
     prepare_rate, bare_rate = rates_of(rates)
     loader_s, step_s = sum(loader["seconds"]["loader"]), sum(loader["seconds"]["step"])
@@ -356,7 +358,12 @@ def measure(
         "targets": {k: f"{sense} {target}" for k, (sense, target) in TARGETS.items()},
         "workers": workers,
         "rayon_num_threads": os.environ.get("RAYON_NUM_THREADS", str(workers)),
-        "throughput": {**rates, "bpe_train_s": bpe_s, "vocab_size": vocab_size, "files": len(data.corpus.files)},
+        "throughput": {
+            **rates,
+            "bpe_train_s": bpe_s,
+            "vocab_size": vocab_size,
+            "files": len(data.corpus.files),
+        },
         "memory": memory,
         "loader": {**loader, "size": size, "length": length, "batch_size": batch_size},
     }

@@ -9,8 +9,8 @@ import torch
 
 from benchmarks import ratio, timed, write
 from benchmarks.loop import reference
-from harness.train.nonfinite import NonFiniteGuard
 from harness.train.module import HarnessModule
+from harness.train.nonfinite import NonFiniteGuard
 
 TARGET = 1.02
 

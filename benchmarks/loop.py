@@ -17,8 +17,8 @@ from benchmarks import write
 from harness.models import Transformer
 from harness.ops import MaskedCrossEntropy
 from harness.train.checkpoints import ResumeState
-from harness.train.nonfinite import NonFiniteGuard
 from harness.train.module import HarnessModule
+from harness.train.nonfinite import NonFiniteGuard
 
 MODELS = {  # the reference models (d_model, layers, heads, seq, batch), vocab 256
     "tiny": dict(d_model=32, layers=2, heads=4, seq=32, batch=4),

@@ -42,9 +42,9 @@ from harness.data.tokenizer import CharTokenizer
 from harness.models import Transformer
 from harness.probes import build_probes
 from harness.train.checkpoints import ResumeState
-from harness.train.nonfinite import NonFiniteGuard
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, step_stats
+from harness.train.nonfinite import NonFiniteGuard
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "probes" / "default.yaml"
 MODELS = {  # the two reference models: (model kwargs, batch size)

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from harness.errors import ConfigError
 from harness.cli.task import perform
+from harness.errors import ConfigError
 from harness.train.run import run
 from tests.conftest import PROBES_OFF
 

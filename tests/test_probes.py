@@ -25,9 +25,9 @@ from harness.probes.histograms import summarize
 from harness.probes.norms import ParameterNorms, parameter_names
 from harness.probes.position import reach
 from harness.report.plots import UNDERFLOW
-from harness.train.nonfinite import NonFiniteGuard
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, position_stats
+from harness.train.nonfinite import NonFiniteGuard
 from harness.train.run import run
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN

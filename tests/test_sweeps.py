@@ -255,8 +255,8 @@ def test_summary_of_a_job_that_died_without_a_verdict(failing_sweep, tmp_path):
 
 def test_underflow_is_written_as_zero_and_drawn(tmp_path):
     """reach 0.0 (an underflow) is the finding: written 0, not left empty, and drawn on the axis floor."""
-    from harness.report.summary import Job, write_csv
     from harness.report.plots import reach_by_length
+    from harness.report.summary import Job, write_csv
 
     def job(length: int, reach_init: float | None) -> Job:
         row = dict.fromkeys(COLUMNS + EXTRA)

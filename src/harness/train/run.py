@@ -101,7 +101,9 @@ def mode_for(cfg: DictConfig):
     regime = MODES[cfg.mode.name][1]
     if regime is None:  # mode=eval: a task of its own
         raise ConfigError(
-            "mode", cfg.mode.name, "run() trains; evaluate with eval.py (harness.cli.task.perform runs any task)"
+            "mode",
+            cfg.mode.name,
+            "run() trains; evaluate with eval.py (harness.cli.task.perform runs any task)",
         )
     return get_class(regime)(cfg)
 
