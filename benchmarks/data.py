@@ -160,7 +160,7 @@ def throughput(data, reps: int) -> dict:
         shutil.rmtree(data.dataset_dir, ignore_errors=True)
         with environ(TOKENIZERS_PARALLELISM="false"):
             seconds = timed_once(lambda: prepare(data.corpus))
-        tokens["prepare"] = shards.read_meta(data.dataset_dir)["tokens"]
+        tokens["prepare"] = shards.shard_meta(data.dataset_dir)["tokens"]
         return seconds
 
     prepared(), bare()  # warm-up: the page cache, the pool's first fork, tokenizers' thread pool

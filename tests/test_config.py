@@ -148,3 +148,31 @@ def test_every_mode_is_one_entry_of_one_table_and_each_has_its_typed_config():
         assert f"{name}_schema" in (CONF / "mode" / f"{name}.yaml").read_text()
         assert schema().name == name and (regime is None) == (name == "eval")
         assert regime is None or get_class(regime).name == name
+
+
+def test_validation_runs_once_per_job(make_config, monkeypatch, tmp_path):
+    """The door validates every job's config before anything runs; the job it started checks only its machine."""
+    import harness.cli.door  # noqa: F401  (its validate is looked up when the door runs)
+    import harness.config
+    import harness.train.run
+    from harness.cli.door import check_overrides
+    from harness.cli.task import perform
+    from tests.conftest import CONF, PROBES_OFF
+
+    seen = []
+    real = harness.config.validate
+
+    def counted(cfg, *args, **kwargs):
+        seen.append(cfg.n)
+        return real(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(harness.config, "validate", counted)  # the door's
+    monkeypatch.setattr(harness.train.run, "validate", counted)  # a job's
+    check_overrides(["-m", "n=1,2", f"hydra.sweep.dir={tmp_path}/sweep"], CONF)
+    assert sorted(seen) == [1, 2]  # once for each job of the sweep
+    seen.clear()
+    quick = ("preflight=false", "mode.max_steps=2", *PROBES_OFF)
+    perform(make_config(*quick, run_dir=tmp_path / "checked"), checked=True)
+    assert seen == []  # the door has done it: the job holds only its devices against this machine
+    perform(make_config(*quick, run_dir=tmp_path / "in_code"))
+    assert seen == [2]  # called in code, without the door: the whole config, once

@@ -97,7 +97,7 @@ def test_shards_hold_the_corpus_token_for_token(corpus, tmp_path):
     assert [len(s) for s in stream] == [s["tokens"] for s in meta["shards"]]
     assert sum(map(len, stream)) == meta["tokens"] == sum(p["tokens"] for p in meta["splits"].values())
     assert meta["splits"]["val"]["tokens"] == round(meta["tokens"] * 0.1)
-    assert shards.is_whole(dm.dataset_dir, checksums=True)
+    assert shards.is_prepared(dm.dataset_dir, checksums=True)
     assert dm.tokenizer.decode(np.concatenate(stream).tolist()) == "".join(d + END_OF_TEXT for d in docs)
 
 
@@ -231,7 +231,7 @@ def test_two_processes_preparing_at_once_leave_one_whole_folder(corpus, tmp_path
         assert w.exitcode == 0
     dm = datamodule(folder, tmp_path / "data")
     assert [p.name for p in dm.dataset_dir.parent.iterdir()] == [dm.dataset_dir.name]
-    assert shards.is_whole(dm.dataset_dir, checksums=True)
+    assert shards.is_prepared(dm.dataset_dir, checksums=True)
 
 
 def test_bad_inputs_are_one_line_config_errors_and_leave_nothing(corpus, tmp_path, monkeypatch):

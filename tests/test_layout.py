@@ -68,3 +68,65 @@ def test_a_fork_without_the_probes_trains_and_collects(tmp_path, data_root):
     assert ran.returncode == 0 and "1 passed, 1 skipped" in ran.stdout, (
         ran.stdout[-3000:] + ran.stderr[-3000:]
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the house: folders by pipeline stage, small files and functions, old names still importing
+# ---------------------------------------------------------------------------------------------------------
+
+PACKAGE = ROOT / "src" / "harness"
+STAGES = ("cli", "config", "data", "models", "ops", "checks", "train", "probes", "report")
+
+
+def test_the_package_root_is_folders_by_stage_and_a_few_shared_modules():
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 6, modules
+    assert all((PACKAGE / stage / "__init__.py").is_file() for stage in STAGES)
+    assert not (PACKAGE / "bench").exists() and (ROOT / "benchmarks" / "__main__.py").is_file()
+
+
+def test_no_file_over_400_lines_and_no_function_over_60():
+    import ast
+
+    too_long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            too_long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno >= 60
+            ):
+                too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not too_long, too_long
+
+
+def test_every_old_module_name_still_imports_as_its_new_module():
+    import importlib
+
+    import harness
+
+    for old, new in harness.RENAMED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    from harness.run import run  # the names the docs gave: still there
+    from harness.twins import MaskedCrossEntropy, Twin  # noqa: F401
+
+    assert run is importlib.import_module("harness.train.run").run
+
+
+def test_preparing_a_corpus_imports_neither_torch_nor_lightning(tmp_path):
+    """The preparer runs where a GPU job's data is made ready (a login node): it tokenizes, nothing more."""
+    (tmp_path / "a.txt").write_text("def f(x):\n    return x + 1\n" * 200)
+    probe = (
+        "import runpy, sys; sys.argv = ['prepare', 'data=corpus', 'tokenizer=char', f'data.files={sys.argv[1]}', "
+        "f'data.root={sys.argv[2]}', 'data.length=16', 'data.workers=1'];\n"
+        "try:\n    runpy.run_module('harness.data.prepare', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('torch', 'pytorch_lightning', 'lightning') if m in sys.modules))"
+    )
+    result = run_command(
+        sys.executable, "-c", probe, str(tmp_path / "a.txt"), str(tmp_path / "data"), cwd=tmp_path
+    )
+    assert "heavy: []" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    assert list((tmp_path / "data" / "corpus").rglob("meta.json")), result.stderr[-2000:]

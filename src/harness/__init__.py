@@ -13,10 +13,8 @@ import importlib.abc
 import importlib.util
 import sys
 
-from harness.config.schema import register as _register_schema
-
 #: module names of earlier layouts -> the module that holds their contents now: an import of the old name gets
-#: the new module (docs/layout.md lists them; the new names are current)
+#: the new module (docs/layout.md lists them; the new names are the current ones)
 RENAMED = {
     "harness.run": "harness.train.run",
     "harness.module": "harness.train.module",
@@ -27,6 +25,9 @@ RENAMED = {
     "harness.signals": "harness.train.signals",
     "harness.distributed": "harness.train.devices",
     "harness.faults": "harness.train.checkpoints",
+    "harness.modes": "harness.train.full",
+    "harness.door": "harness.cli.door",
+    "harness.tree": "harness.config.tree",
     "harness.twins": "harness.ops",
     "harness.schema": "harness.config.schema",
     "harness.verdict": "harness.report.verdict",
@@ -52,11 +53,31 @@ class _Renamed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """The new module is already executed."""
 
 
+def exported(exports: dict[str, tuple[str, ...]]):
+    """A package's `__getattr__` that imports each name of `exports` (a module -> the names it defines) when first
+    asked for: the package imports nothing heavy until then (the door reads rules without torch)."""
+    home = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str):
+        if name not in home:
+            raise AttributeError(f"no attribute {name!r}; the package exports {', '.join(sorted(home))}")
+        return getattr(importlib.import_module(home[name]), name)
+
+    return __getattr__
+
+
 def _install_renames() -> None:
     """Idempotent: one finder however often the package is imported (a reload, a test's fresh import)."""
     if not any(type(finder).__name__ == _Renamed.__name__ for finder in sys.meta_path):
         sys.meta_path.append(_Renamed())
 
 
-_register_schema()  # before any compose: conf/train.yaml's defaults start from it
-_install_renames()
+def _start() -> None:
+    """Register the config schema (before any compose: conf/train.yaml's defaults start from it), and the renames."""
+    from harness.config.schema import register
+
+    register()
+    _install_renames()
+
+
+_start()

@@ -55,25 +55,12 @@ class PreflightPlugin:
             for result, nodeid in zip(self.results, self._test_of, strict=True)
         ]
 
-    @pytest.fixture
-    def model(self):
-        return self._model
-
-    @pytest.fixture
-    def data(self):
-        return self._data
-
-    @pytest.fixture
-    def data_reads(self):
-        return self._reads
-
-    @pytest.fixture
-    def cfg(self):
-        return self._cfg
-
-    @pytest.fixture
-    def batch(self):
-        return self.shared_batch()
+    # the fixtures the preflight tests ask for by name
+    model = pytest.fixture(name="model")(lambda self: self._model)
+    data = pytest.fixture(name="data")(lambda self: self._data)
+    data_reads = pytest.fixture(name="data_reads")(lambda self: self._reads)
+    cfg = pytest.fixture(name="cfg")(lambda self: self._cfg)
+    batch = pytest.fixture(name="batch")(lambda self: self.shared_batch())
 
     def shared_batch(self):
         """One batch for every check: the passes over it that several checks read are run once (SampleBatch).

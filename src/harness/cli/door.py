@@ -32,22 +32,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
         die(grammar_error(err, args.overrides), err)
-    variants, hydra_overrides = [[]], []
-    for override in parsed:
-        key = override.get_key_element()
-        if key.lstrip("+~").startswith("hydra"):  # launcher, sweeper and output settings: checked below
-            hydra_overrides.append(override.input_line)
-            continue
-        if override.is_interval_sweep():  # Optuna's interval(low,high): its two ends stand for it
-            values = [str(override.value().start), str(override.value().end)]
-        elif override.is_sweep_override():
-            values = list(override.sweep_string_iterator())
-        else:
-            values = [override.get_value_element_as_str()]
-        # each value with the first of every other: enough to catch any single bad value
-        variants = [v + [f"{key}={values[0]}"] for v in variants] + [
-            variants[0] + [f"{key}={value}"] for value in values[1:]
-        ]
+    variants, hydra_overrides = variants_of(parsed)
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
@@ -74,6 +59,28 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             except ConfigError as err:
                 die(str(err), err)
         check_folders(cfg, hydra_cfg, multirun)
+
+
+def variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
+    """The job configs' overrides to compose, each value of a sweep with the first of every other (enough to catch
+    any single bad value), and the Hydra settings (launcher, sweeper, output dirs), checked apart."""
+    variants, hydra_overrides = [[]], []
+    for override in parsed:
+        key = override.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):
+            hydra_overrides.append(override.input_line)
+            continue
+        if override.is_delete():  # ~key (or ~key=value): as written, never as ~key=null
+            values = None
+        elif override.is_interval_sweep():  # Optuna's interval(low,high): its two ends stand for it
+            values = [str(override.value().start), str(override.value().end)]
+        elif override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        lines = [override.input_line] if values is None else [f"{key}={value}" for value in values]
+        variants = [v + lines[:1] for v in variants] + [variants[0] + [line] for line in lines[1:]]
+    return variants, hydra_overrides
 
 
 def check_folders(cfg, hydra_cfg, multirun: bool) -> None:

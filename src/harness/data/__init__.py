@@ -15,25 +15,18 @@ Each datamodule is imported when first asked for (`harness.data.CorpusDataModule
 
 from __future__ import annotations
 
-import importlib
+from harness import exported
 
-#: name -> the module that defines it
+#: module -> the names it defines
 EXPORTS = {
-    "CharDataset": "harness.data.dataset",
-    "DiskDataModule": "harness.data.dataset",
-    "CorpusDataModule": "harness.data.windows",
-    "FolderDataModule": "harness.data.folder",
-    "SyntheticDataModule": "harness.data.synthetic",
-    "TextDataModule": "harness.data.text",
-    "CharTokenizer": "harness.data.tokenizer",
-    "HFTokenizer": "harness.data.tokenizer",
-    "Tokenizer": "harness.data.tokenizer",
+    "harness.data.dataset": ("CharDataset", "DiskDataModule"),
+    "harness.data.windows": ("CorpusDataModule",),
+    "harness.data.folder": ("FolderDataModule",),
+    "harness.data.synthetic": ("SyntheticDataModule",),
+    "harness.data.text": ("TextDataModule",),
+    "harness.data.tokenizer": ("CharTokenizer", "HFTokenizer", "Tokenizer"),
 }
 
-__all__ = sorted(EXPORTS)
+__all__ = sorted(name for names in EXPORTS.values() for name in names)
 
-
-def __getattr__(name: str):
-    if name not in EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(EXPORTS[name]), name)
+__getattr__ = exported(EXPORTS)

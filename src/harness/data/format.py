@@ -29,7 +29,8 @@ class CorruptDataset(Exception):
     """The folder is not a whole dataset: a file is missing, truncated or altered."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read a block at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -61,7 +62,7 @@ def write_dataset(
             with open(path, "w", encoding="utf-8") as f:
                 for record in records:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            meta["splits"][name] = {"examples": len(records), "sha256": _sha256(path)}
+            meta["splits"][name] = {"examples": len(records), "sha256": sha256_file(path)}
         (staging / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
         try:
             os.rename(staging, directory)
@@ -167,7 +168,7 @@ def check_whole(directory: Path) -> dict:
         path = Path(directory) / f"{split}.jsonl"
         if not path.exists():
             raise CorruptDataset(f"{path}: missing")
-        if _sha256(path) != meta["splits"][split]["sha256"]:
+        if sha256_file(path) != meta["splits"][split]["sha256"]:
             raise CorruptDataset(f"{path}: checksum mismatch (truncated or edited after it was written)")
     return meta
 
@@ -183,7 +184,7 @@ def read_split(directory: Path, split: str, meta: dict | None = None) -> list[di
         raise CorruptDataset(f"{directory}: no split {split!r} in meta.json (has {sorted(meta['splits'])})")
     if not path.exists():
         raise CorruptDataset(f"{path}: missing")
-    if _sha256(path) != expected["sha256"]:
+    if sha256_file(path) != expected["sha256"]:
         raise CorruptDataset(f"{path}: checksum mismatch (truncated or edited after it was written)")
     limit, records = line_limit(meta["length"]), []
     with open(path, "rb") as f:

@@ -46,7 +46,7 @@ def prepare(data) -> Path:
     user mistake in the files is a ConfigError, and leaves nothing that looks whole."""
     folder, bpe = data.dataset_dir, data.tokenizer_cfg["kind"] == "bpe"
     with locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
-        if shards.is_whole(folder) and (not bpe or (data.tokenizer_dir / "tokenizer.json").is_file()):
+        if shards.is_prepared(folder) and (not bpe or (data.tokenizer_dir / "tokenizer.json").is_file()):
             return folder
         for stale in folder.parent.glob(f".{folder.name}.*"):  # what a killed preparer left
             shutil.rmtree(stale, ignore_errors=True)
@@ -106,7 +106,7 @@ def write(data) -> None:
         try:
             os.rename(staging, folder)
         except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
-            if not shards.is_whole(folder):
+            if not shards.is_prepared(folder):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -221,7 +221,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             data.prepare_data()
         folder = getattr(data, "dataset_dir", None)  # every built-in source has one; a fork's may not
-        if folder is not None and shards.read_meta(folder) and not shards.is_whole(folder, checksums=True):
+        if (
+            folder is not None
+            and shards.shard_meta(folder)
+            and not shards.is_prepared(folder, checksums=True)
+        ):
             raise ConfigError(
                 "data.root", cfg.data.root, f"{folder} fails its checksums; delete it, run again"
             )

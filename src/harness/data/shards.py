@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.data.format import sha256_file
+
 FORMAT = "harness-corpus-1"
 BLOCK = 1 << 20  # bytes read (and tokenized) at a time: what bounds a worker's memory
 WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -237,15 +239,7 @@ def encode_task(task: Task, spec: dict, text_field: str, folder: str, dtype: str
     return task.index, count, digest.hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_meta(folder: Path) -> dict | None:
+def shard_meta(folder: Path) -> dict | None:
     """The prepared folder's meta.json, or None where there is none (or not a whole one)."""
     try:
         meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
@@ -254,10 +248,10 @@ def read_meta(folder: Path) -> dict | None:
     return meta if isinstance(meta, dict) and meta.get("format") == FORMAT else None
 
 
-def is_whole(folder: Path, checksums: bool = False) -> bool:
+def is_prepared(folder: Path, checksums: bool = False) -> bool:
     """True when `folder` holds meta.json and every shard it lists, at its length (and, with `checksums`, with
     its sha256: reads every byte)."""
-    meta = read_meta(folder)
+    meta = shard_meta(folder)
     if meta is None:
         return False
     itemsize = np.dtype(meta["dtype"]).itemsize

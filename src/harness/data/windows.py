@@ -68,7 +68,7 @@ class CorpusDataModule(DiskDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
             return
-        meta = shards.read_meta(self.dataset_dir)
+        meta = shards.shard_meta(self.dataset_dir)
         if meta is None:
             raise ConfigError(
                 "data.root",

@@ -11,21 +11,16 @@ Each is imported when first asked for (`harness.models.GPT`): the door reads rul
 
 from __future__ import annotations
 
-import importlib
+from harness import exported
 
-#: name -> the module that defines it
+#: module -> the names it defines
 EXPORTS = {
-    "GPT": "harness.models.gpt",
-    "HFCausalLM": "harness.models.hf",
-    "LSTM": "harness.models.recurrent",
-    "RNN": "harness.models.recurrent",
-    "Transformer": "harness.models.transformer",
+    "harness.models.gpt": ("GPT",),
+    "harness.models.hf": ("HFCausalLM",),
+    "harness.models.recurrent": ("LSTM", "RNN"),
+    "harness.models.transformer": ("Transformer",),
 }
 
-__all__ = sorted(EXPORTS)
+__all__ = sorted(name for names in EXPORTS.values() for name in names)
 
-
-def __getattr__(name: str):
-    if name not in EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(EXPORTS[name]), name)
+__getattr__ = exported(EXPORTS)

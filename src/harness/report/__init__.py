@@ -7,13 +7,9 @@ the number a hyperparameter search optimizes (search.py).
 
 from __future__ import annotations
 
-import importlib
+from harness import exported
 
-#: name -> the module that defines it
-EXPORTS = {"SweepSummary": "harness.report.summary", "verdict_of": "harness.report.summary"}
+#: module -> the names it defines
+EXPORTS = {"harness.report.summary": ("SweepSummary", "verdict_of")}
 
-
-def __getattr__(name: str):
-    if name not in EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(EXPORTS[name]), name)
+__getattr__ = exported(EXPORTS)

@@ -4,11 +4,14 @@ docstring lists them)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
+
 import torch
 
-from harness.probes.base import Probe, whole
+from harness.errors import ConfigError
+from harness.probes.base import Probe
 from harness.probes.detectors.activations import ActivationRules
-from harness.probes.detectors.base import Streaks
+from harness.probes.detectors.base import Limits, Streaks, names
 from harness.probes.detectors.gradients import GradientRules, blocks_of
 from harness.probes.detectors.loss import LossRules
 from harness.probes.norms import parameter_names
@@ -17,48 +20,20 @@ from harness.train.optim import embedding_weights
 
 
 class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
-    """Detects the symptoms above while the run trains; thresholds and windows are its arguments
-    (conf/probes/default.yaml says what each means). `fail` is read by harness.train.run: a run with a symptom
+    """Detects the symptoms above while the run trains; its thresholds and windows are the keyword arguments that
+    Limits holds (conf/probes/default.yaml says what each means). `fail` is read by harness.train.run: a run with a symptom
     ends as SYMPTOM (exit 5) instead of PASS or DONE."""
 
-    def __init__(
-        self,
-        every: int | None = 10,
-        fail: bool = False,
-        window: int = 100,
-        patience: int = 3,
-        layer_ratio: float = 1e-3,
-        reach: float = 0.0,
-        explode_jump: float = 100.0,
-        explode_growth: float = 100.0,
-        explode_norm: float = 1000.0,
-        dead_fraction: float = 0.99,
-        saturated_fraction: float = 0.9,
-        spike_factor: float = 2.0,
-        spike_min: float = 0.1,
-        spikes: int = 2,
-        spike_stay: int = 8,
-        spike_sigmas: float = 6.0,
-        progress: float = 0.05,
-        ratio_high: float = 1.0,
-        ratio_low: float = 1e-6,
-        dead_units: float = 0.5,
-    ):
+    def __init__(self, every: int | None = 10, fail: bool = False, **limits):
         super().__init__(every)
         self.fail = fail
-        self.window = whole("window", window, 2, "steps the loss rules look back over (try 100)")
-        self.patience = whole("patience", patience, 1, "readings in a row before a symptom (try 3)")
-        self.spikes = whole("spikes", spikes, 1, "spikes within the window that make a symptom (try 2)")
-        self.spike_stay = whole("spike_stay", spike_stay, 1, "steps in a row a spike lasts to be one (try 8)")
-        self.layer_ratio, self.reach, self.progress = layer_ratio, reach, progress
-        self.explode_jump, self.explode_growth, self.explode_norm = explode_jump, explode_growth, explode_norm
-        self.dead_fraction, self.dead_units, self.saturated_fraction = (
-            dead_fraction,
-            dead_units,
-            saturated_fraction,
-        )
-        self.spike_factor, self.spike_min, self.spike_sigmas = spike_factor, spike_min, spike_sigmas
-        self.ratio_high, self.ratio_low = ratio_high, ratio_low
+        unknown = sorted(set(limits) - {f.name for f in fields(Limits)})
+        if unknown:
+            raise ConfigError(
+                unknown[0], limits[unknown[0]], f"no such threshold; the detectors' are {names(Limits)}"
+            )
+        # each threshold an attribute of its own: the rules (loss.py, gradients.py, activations.py) read them so
+        self.__dict__.update(asdict(Limits(**limits)))
         self.blocks: list[tuple[str, list[str], list[int]]] = []
         self.matrices: list[str] = []
         self.ratio_key = self.block_key = None
