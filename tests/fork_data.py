@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from collections import UserDict
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, default_collate, get_worker_info
 
 from harness.data.tokenizer import CharTokenizer
 
@@ -748,9 +750,183 @@ class MutatingValLoader(TextWindowsLM):
         self.train_dataset, self.val_dataset = self.split(text, torch.tensor([ord(c) for c in text]))
 
 
+# ---------------------------------------------------------------- what a second fork writes: other habits, correct
+# or with one mistake each (Hugging Face's -100 and pad = eos, left padding, max-length padding, packing)
+
+
+class HFStyleTokenizer(SpecialsTokenizer):
+    """Hugging Face's names: `pad_token_id` (no pad_id); decode refuses an id it has no token for (-100)."""
+
+    def __init__(self, alphabet: str, specials=("<pad>", "<bos>", "<eos>")):
+        super().__init__(alphabet, specials)
+        self.pad_token_id, self.pad_id = self.pad_id, None
+
+    def decode(self, ids: list[int]) -> str:
+        return (
+            "".join(self.tokens[i] for i in ids)
+            if all(0 <= i < self.vocab_size for i in ids)
+            else self.refuse(ids)
+        )
+
+    def refuse(self, ids: list[int]) -> str:
+        raise KeyError(next(i for i in ids if not 0 <= i < self.vocab_size))
+
+
+class HFStylePaddedLM(PaddedLM):
+    """Hugging Face's habits: the pad named pad_token_id, every target outside the mask -100."""
+
+    def build(self) -> None:
+        super().build()
+        self.tokenizer = HFStyleTokenizer(self.tokenizer.tokens[3:])
+
+    def collate(self, rows: list[torch.Tensor]) -> dict:
+        batch = super().collate(rows)
+        batch["targets"] = batch["targets"].masked_fill(~batch["loss_mask"], -100)
+        return batch
+
+
+class EosIsPadLM(PaddedLM):
+    """GPT-2's habit: no pad token, padding by <eos>; each text's closing <eos> is a target, the padding is not."""
+
+    specials = ("<bos>", "<eos>")
+
+    def collate(self, rows: list[torch.Tensor]) -> dict:
+        ids, real = pad_rows(rows, self.length + 1, self.tokenizer.eos_id)
+        return {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": real[:, 1:]}
+
+
+class LeftPaddedLM(PaddedLM):
+    """Padding on the left (as for generation), the pads out of the loss."""
+
+    def collate(self, rows: list[torch.Tensor]) -> dict:
+        flipped = [row.flip(0) for row in rows]
+        ids, real = pad_rows(flipped, self.length + 1, self.tokenizer.pad_id)
+        ids, real = ids.flip(1), real.flip(1)
+        return {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": real[:, 1:]}
+
+
+class MaxLengthPaddedLM(PaddedLM):
+    """Every example padded to length + 1 when read (max_length padding), the pads out of the loss."""
+
+    def documents(self, documents: list[str]) -> Examples:
+        examples = super().documents(documents)
+        examples.items = [
+            F.pad(row, (0, self.length + 1 - len(row)), value=self.tokenizer.pad_id) for row in examples.items
+        ]
+        return examples
+
+    def collate(self, rows: list[torch.Tensor]) -> dict:
+        ids = torch.stack(rows)
+        real = ids != self.tokenizer.pad_id
+        return {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": real[:, 1:]}
+
+
+class PackedLM(TextWindowsLM):
+    """Documents joined by <eos> into one stream, one in three of them empty (runs of <eos>), cut into windows."""
+
+    def build(self) -> None:
+        lines = [line for line in help_text(self.chars).split(". ") if line]
+        documents = [line if i % 3 else "" for i, line in enumerate(lines)]
+        text = "\x00".join(documents)  # \x00 stands for <eos> in the text; the tokenizer's first character
+        self.tokenizer = CharTokenizer(alphabet(text))
+        self.tokenizer.eos_id = self.tokenizer.encode("\x00")[0]
+        self.train_dataset, self.val_dataset = self.split(text, torch.tensor(self.tokenizer.encode(text)))
+
+
+class MappingBatches(FixedClassification):
+    """Batches in a mapping that is no dict (as transformers' BatchEncoding), with an extra numpy key."""
+
+    def collate(self, items: list[dict]) -> UserDict:
+        batch = UserDict(default_collate(items))
+        batch["lengths"] = np.full(len(items), self.length)
+        return batch
+
+
+class NumpyCountTokenizer(CharTokenizer):
+    """A tokenizer whose vocab_size is a numpy integer."""
+
+    @property
+    def vocab_size(self):
+        return np.int64(len(self.alphabet))
+
+
+class NumpyVocabSize(FixedClassification):
+    """The tokenizer's vocab_size a numpy int64."""
+
+    def build(self) -> None:
+        super().build()
+        self.tokenizer = NumpyCountTokenizer(self.letters + self.labels)
+
+
+class TinyIIDLM(ForkData):
+    """Random strings over 3 letters, 2 tokens each, 200 for training and 2 for validation: the splits share an
+    example by chance as often as training repeats itself."""
+
+    def build(self) -> None:
+        self.tokenizer = CharTokenizer("abc")
+        rng = random.Random(self.seed)
+        texts = ["".join(rng.choice("abc") for _ in range(self.length + 1)) for _ in range(202)]
+        self.train_dataset, self.val_dataset = (self.windows(texts[:200]), self.windows(texts[200:]))
+
+    def windows(self, texts: list[str]) -> Examples:
+        items = []
+        for text in texts:
+            ids = torch.tensor(self.tokenizer.encode(text))
+            items.append(
+                {
+                    "input_ids": ids[:-1],
+                    "targets": ids[1:],
+                    "loss_mask": torch.ones(self.length, dtype=torch.bool),
+                }
+            )
+        return Examples([{"text": t} for t in texts], items)
+
+
+class EosNotLearnedLM(PaddedLM):
+    """BUG: the closing <eos> is left out of the loss mask (mask = targets not in specials): the model never learns
+    to end a text."""
+
+    def collate(self, rows: list[torch.Tensor]) -> dict:
+        batch = super().collate(rows)
+        batch["loss_mask"] &= batch["targets"] != self.tokenizer.eos_id
+        return batch
+
+
+class EmptyValLoader(FixedClassification):
+    """BUG: the validation loader copied from the training one, drop_last=True, with fewer examples than a batch."""
+
+    def __init__(self, length: int, **kwargs):
+        super().__init__(length, val_size=4, **kwargs)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_dataset, self.batch_size, drop_last=True)
+
+
+class Int32Targets(FixedClassification):
+    """BUG: the collate turns ids to int32 (from numpy), targets included: the loss indexes with int64."""
+
+    def collate(self, items: list[dict]) -> dict:
+        batch = default_collate(items)
+        return {k: v.int() if k != "loss_mask" else v for k, v in batch.items()}
+
+
 CORRECT = {
     cls.__name__: cls
-    for cls in (PaddedLM, PaddedClassification, FixedClassification, StreamingLM, TextWindowsLM)
+    for cls in (
+        PaddedLM,
+        PaddedClassification,
+        FixedClassification,
+        StreamingLM,
+        TextWindowsLM,
+        HFStylePaddedLM,
+        EosIsPadLM,
+        LeftPaddedLM,
+        MaxLengthPaddedLM,
+        PackedLM,
+        MappingBatches,
+        NumpyVocabSize,
+        TinyIIDLM,
+    )
 }
 BUGGY = {
     cls.__name__: cls
@@ -774,6 +950,9 @@ BUGGY = {
         OtherVocabularyOrder,
         EmptyLossMask,
         MutatingValLoader,
+        EosNotLearnedLM,
+        EmptyValLoader,
+        Int32Targets,
     )
 }
 

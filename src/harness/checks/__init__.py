@@ -4,11 +4,12 @@ They need only the contracts of docs/contracts.md, so a fork's own model or data
 `harness.checks.preflight` runs them through pytest before training (see preflight_tests.py)."""
 
 from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, sample_batch, sample_rows
-from harness.checks.batch import batch_format, ids_in_range, loss_mask
+from harness.checks.batch import batch_format, ids_in_range
 from harness.checks.behaviour import determinism, global_rng, init_loss, twins
 from harness.checks.gradients import finite, gradient_flow
 from harness.checks.leaks import batch_independence, causality, input_dependence, word_order
 from harness.checks.loaders import train_loader
+from harness.checks.mask import loss_mask
 from harness.checks.reads import DataReads
 from harness.checks.roundtrip import data_roundtrip, static_batches
 from harness.checks.splits import split_overlap

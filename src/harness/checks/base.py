@@ -4,7 +4,7 @@ read (one seeded forward/backward serves gradient_flow, determinism, finite and 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -61,6 +61,7 @@ def sample_rows(data, size: int = 4) -> SampleBatch:
     from harness.checks.batch import unusable
 
     rows = first_rows(data, "train", size)
+    rows = dict(rows) if isinstance(rows, Mapping) else rows  # a BatchEncoding, a UserDict: as a dict
     batch = SampleBatch(rows if isinstance(rows, dict) else {})
     batch.unusable = (
         "holds no example: the training split is empty" if rows is None else unusable(rows, data.tokenizer)

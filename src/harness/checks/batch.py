@@ -7,46 +7,59 @@ A batch that breaks the first two cannot be run through a model at all, and an e
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 
 import torch
 
 from harness.batches import first_items
-from harness.checks.base import FAIL, PASS, WARN, CheckResult, shown
+from harness.checks.base import FAIL, PASS, SKIP, CheckResult
 from harness.checks.reads import SPLITS, reads
 
 KEYS = ("input_ids", "targets", "loss_mask")
 #: the names a tokenizer's padding token goes by, where it declares no pad_id
 PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>", "<PAD>", "<|padding|>")
+#: the id types an embedding reads (the contract's is torch.long); targets are torch.long, which the loss indexes by
+ID_TYPES = (torch.long, torch.int32)
 #: a layout check collates this many items (another count where an item is this long: a square is ambiguous)
 PROBE_ROWS = (3, 5)
 
 
+def whole(value) -> int | None:
+    """`value` as an int where it is a whole number of any integer type (a numpy int64, say); else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def vocab_size(tokenizer) -> int | None:
-    size = getattr(tokenizer, "vocab_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else None
+    return whole(getattr(tokenizer, "vocab_size", None))
 
 
 def special_ids(tokenizer) -> dict[str, int]:
     """The tokenizer's special ids it declares: bos_id, eos_id, pad_id (those that are not None)."""
     found = {}
     for name in ("bos_id", "eos_id", "pad_id"):
-        value = getattr(tokenizer, name, None)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = whole(getattr(tokenizer, name, None))
+        if value is not None:
             found[name] = value
     return found
 
 
 def pad_ids(tokenizer) -> set[int]:
     """The padding ids a tokenizer declares: `pad_id` (docs/contracts.md), a Hugging Face `pad_token_id`, or a
-    token its backend names like a pad."""
+    token its `tokenizers` backend names like a pad (under .backend, .backend_tokenizer or ._tokenizer)."""
     found = {v for k, v in special_ids(tokenizer).items() if k == "pad_id"}
-    hf = getattr(tokenizer, "pad_token_id", None)
-    if isinstance(hf, int) and not isinstance(hf, bool):
+    hf = whole(getattr(tokenizer, "pad_token_id", None))
+    if hf is not None:
         found.add(hf)
-    backend = getattr(tokenizer, "backend", None)
-    if backend is not None and hasattr(backend, "token_to_id"):
-        found |= {i for i in map(backend.token_to_id, PAD_NAMES) if i is not None}
+    for attribute in ("backend", "backend_tokenizer", "_tokenizer"):
+        backend = getattr(tokenizer, attribute, None)
+        if backend is not None and hasattr(backend, "token_to_id"):
+            found |= {i for i in map(backend.token_to_id, PAD_NAMES) if i is not None}
     return found
 
 
@@ -62,9 +75,12 @@ def layout_fault(batch, rows: int | None = None, length: int | None = None) -> s
     if loose:
         return f"{loose[0]!r} is a {type(batch[loose[0]]).__name__}, not a tensor"
     ids, targets, mask = (batch[k] for k in KEYS)
-    for key, tensor in (("input_ids", ids), ("targets", targets)):
-        if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
-            return f"{key!r} is {tensor.dtype}: token ids are integers (torch.long)"
+    for key, tensor, allowed in (("input_ids", ids, ID_TYPES), ("targets", targets, (torch.long,))):
+        if tensor.dtype not in allowed:
+            return (
+                f"{key!r} is {tensor.dtype}: token ids are torch.long (.long()): an embedding reads int64 or "
+                "int32 ids, the loss int64 targets"
+            )
     if mask.dtype != torch.bool:
         return f"'loss_mask' is {mask.dtype}: make it torch.bool (mask.bool()): a 0/1 integer mask indexes, not masks"
     if ids.dim() != 2:
@@ -124,10 +140,15 @@ def batch_format(model, data, cfg=None) -> CheckResult:
                 return CheckResult("batch_format", FAIL, f"{where}: {fault}")
             if count is None:
                 shapes.setdefault(split, batch["input_ids"])
-    if "train" not in shapes:
-        return CheckResult(
-            "batch_format", FAIL, "the train loader hands out no batch at all: the split is empty"
-        )
+    for split in SPLITS:
+        if split not in shapes:
+            never = "train" if split == "train" else "validate"
+            return CheckResult(
+                "batch_format",
+                FAIL,
+                f"the {split} loader hands out no batch: its split is empty, or smaller than a batch with "
+                f"drop_last=True; a run would never {never}",
+            )
     told = ", ".join(f"{list(ids.shape)} ({split})" for split, ids in shapes.items())
     return CheckResult(
         "batch_format",
@@ -169,6 +190,10 @@ def ids_in_range(model, data, cfg=None) -> CheckResult:
                 "token, the special ones too (vocab_size = the largest id + 1)",
             )
     read = read_batches(data)
+    if not read:
+        return CheckResult(
+            "ids_in_range", SKIP, "not judged: no batch with the Batch layout (see batch_format)"
+        )
     for split, b, batch in read:
         found = out_of_range(batch, vocab)
         if found is not None:
@@ -195,150 +220,6 @@ def ids_in_range(model, data, cfg=None) -> CheckResult:
         f"every id of {len(read)} batches (inputs, masked targets){' and the special ids (' + told + ')' if told else ''}"
         f" lies in [0, {vocab})",
     )
-
-
-def span(positions: list[int]) -> str:
-    """`positions` (sorted) as short text: 3, 5-9, 12."""
-    runs: list[list[int]] = []
-    for p in positions:
-        if runs and runs[-1][1] == p - 1:
-            runs[-1][1] = p
-        else:
-            runs.append([p, p])
-    return shown([str(a) if a == b else f"{a}-{b}" for a, b in runs], 4)
-
-
-def trailing_run(row: list[int]) -> tuple[int, int]:
-    """(id, length) of the run of one id that ends `row`."""
-    last, count = row[-1], 0
-    for value in reversed(row):
-        if value != last:
-            break
-        count += 1
-    return last, count
-
-
-def padding_counted(batch: dict, pads: set[int], specials: set[int]) -> tuple[int, list[int], str] | None:
-    """(example, positions, what) where the loss counts padding: a masked target that is a pad id, or a run of one
-    special id (an end of text again and again) ending an example, counted: padding with eos_id."""
-    targets, mask = batch["targets"].tolist(), batch["loss_mask"].tolist()
-    for row, (ids, keep) in enumerate(zip(targets, mask, strict=True)):
-        counted = [t for t, (i, k) in enumerate(zip(ids, keep, strict=True)) if k and i in pads]
-        if counted:
-            return row, counted, f"the pad id {ids[counted[0]]}"
-    runs = []
-    for row, (ids, keep) in enumerate(zip(targets, mask, strict=True)):
-        value, length = trailing_run(ids)
-        counted = [t for t in range(len(ids) - length, len(ids)) if keep[t]]
-        if value in specials and length >= 2 and len(counted) >= 2:
-            runs.append((row, counted, value))
-    if len(runs) >= 2 or any(len(c) >= 4 for _, c, _ in runs):
-        row, counted, value = runs[0]
-        return row, counted, f"the special id {value} again and again (padding with the end-of-text id?)"
-    return None
-
-
-def padding_after(batch: dict, row: int, position: int, pads: set[int], specials: set[int]) -> bool:
-    """Whether every input of example `row` after `position` is padding: a declared pad or special id, or one id
-    that pads every example of the batch, whose examples end at different places."""
-    ids = batch["input_ids"]
-    after = ids[row, position + 1 :].tolist()
-    if not after or set(after) <= pads | specials:
-        return True
-    if len(set(after)) != 1:
-        return False
-    value = after[0]
-    mask = batch["loss_mask"]
-    ends = [int(m.nonzero().max()) for m in mask if m.any()]
-    same_everywhere = all(
-        set(ids[r, e + 1 :].tolist()) <= {value} for r, e in enumerate(ends) if e < ids.shape[1]
-    )
-    return same_everywhere and len(set(ends)) > 1
-
-
-def classifies(data, split: str, batch: dict) -> bool:
-    """Whether `split` is classification: its records carry a label, or every example has one masked position."""
-    source = data.record_source(split)
-    if source is not None:
-        try:
-            return "label" in source.record(0)
-        except Exception:  # a record the round trip reports; the mask tells instead
-            pass
-    counts = batch["loss_mask"].sum(dim=1)
-    return batch["input_ids"].shape[1] > 1 and bool((counts == 1).all())
-
-
-def loss_mask(model, data, cfg=None) -> CheckResult:
-    """The loss sees what it should: some position of every batch; no padding; in classification one position an
-    example, after the whole input has been read."""
-    data = reads(data, cfg)
-    read = read_batches(data)
-    if not read:
-        return CheckResult("loss_mask", WARN, "no batch with the Batch layout to read (see batch_format)")
-    for split in SPLITS:
-        batches = [batch for s, _, batch in read if s == split]
-        if batches and not any(bool(batch["loss_mask"].any()) for batch in batches):
-            return CheckResult(
-                "loss_mask",
-                FAIL,
-                f"the loss mask is False at every position of the {len(batches)} {split} batches read: the loss "
-                "is 0/0 (NaN) and nothing trains; loss_mask marks the positions whose target counts (every real "
-                "position for language modelling, the label's for classification)",
-            )
-    pads, specials = pad_ids(data.tokenizer), set(special_ids(data.tokenizer).values())
-    labelled, padded, empty = False, 0, []
-    for split, b, batch in read:
-        counted = padding_counted(batch, pads, specials)
-        if counted is not None:
-            row, positions, what = counted
-            return CheckResult(
-                "loss_mask",
-                FAIL,
-                f"{split} batch {b}, example {row}: the loss counts padding: the targets at positions "
-                f"{span(positions)} are {what}; leave padding out of loss_mask (loss_mask = targets != pad_id)",
-            )
-        mask = batch["loss_mask"]
-        padded += int((~mask).sum())
-        empty += [(split, b, r) for r in (~mask.any(dim=1)).nonzero().flatten().tolist()]
-        if classifies(data, split, batch):
-            labelled = True
-            fault = label_fault(batch, pads, specials)
-            if fault is not None:
-                return CheckResult("loss_mask", FAIL, f"{split} batch {b}, {fault}")
-    if empty:
-        split, b, _ = empty[0]
-        rows = [r for s, bb, r in empty if (s, bb) == (split, b)]
-        return CheckResult(
-            "loss_mask",
-            WARN,
-            f"{split} batch {b}: examples {shown(rows)} have no position in the loss mask: they cost compute and "
-            "teach nothing (an example of padding only?)",
-        )
-    kind = "one an example, the label's, after the whole input" if labelled else "language modelling"
-    left = f"; {padded} positions left out" if padded and not labelled else ""
-    return CheckResult(
-        "loss_mask", PASS, f"every batch read has positions in the loss ({kind}{left}); no padding counted"
-    )
-
-
-def label_fault(batch: dict, pads: set[int], specials: set[int]) -> str | None:
-    """What is wrong with where a classification batch puts its labels, or None."""
-    mask, ids = batch["loss_mask"], batch["input_ids"]
-    for row in range(mask.shape[0]):
-        positions = mask[row].nonzero().flatten().tolist()
-        if len(positions) > 1:
-            return (
-                f"example {row}: {len(positions)} positions in the loss mask ({span(positions)}), but a "
-                "classification example has one: its label's, at the last position of the input"
-            )
-        if positions and not padding_after(batch, row, positions[0], pads, specials):
-            read, total = positions[0] + 1, ids.shape[1] - sum(int(i in pads) for i in ids[row].tolist())
-            return (
-                f"example {row}: the label is predicted at position {positions[0]}, where a causal model has "
-                f"read {read} of its {total} input tokens; put it at the last position (after the whole text), "
-                "the only one in the mask"
-            )
-    return None
 
 
 def unusable(batch, tokenizer) -> str | None:

@@ -29,46 +29,69 @@ def first_difference(a: str, b: str) -> int:
 
 
 def unpadded(ids: list[int], pads: set[int], specials: set[int]) -> list[int]:
-    """`ids` without the padding that ends them: trailing pad ids, and a run of one special id (an end of text
-    repeated) cut to one."""
-    end = len(ids)
-    while end and ids[end - 1] in pads:
+    """`ids` without the padding around them: pad ids at either end, and a run of one special id (an end of text
+    repeated) at the end cut to one."""
+    start, end = 0, len(ids)
+    while start < end and ids[start] in pads:
+        start += 1
+    while end > start and ids[end - 1] in pads:
         end -= 1
-    while end >= 2 and ids[end - 1] in specials and ids[end - 2] == ids[end - 1]:
+    while end - start >= 2 and ids[end - 1] in specials and ids[end - 2] == ids[end - 1]:
         end -= 1
-    return ids[:end]
+    return ids[start:end]
+
+
+def is_classification(record, tokenizer) -> bool:
+    """Whether a record is a classification example's: a `label` of one token (a longer one is a response, the end
+    of a language-modelling text)."""
+    label = record.get("label") if hasattr(record, "get") else None
+    try:
+        return isinstance(label, str) and len(tokenizer.encode(label)) == 1
+    except Exception:  # a label the tokenizer cannot encode: not a token of it
+        return False
+
+
+def decoded(tokenizer, ids: list[int]) -> str | None:
+    """`ids` decoded, or None where the tokenizer refuses them (an id it does not know)."""
+    try:
+        return tokenizer.decode(ids)
+    except Exception:  # a fork's decode may raise anything on an id it has no token for
+        return None
 
 
 def readings(row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> list[dict]:
-    """The records `row` may stand for: for language modelling its inputs up to the last masked position then that
-    position's target (the whole row where nothing is masked); for classification its inputs (up to the label,
-    or all of them) and the masked targets as the label. Each also without the padding that ends it, and without
-    any special id."""
+    """The records `row` may stand for: for language modelling its inputs up to the last masked position, then
+    that position's target; for classification its inputs (up to the label, or all of them) and the masked targets
+    as the label. Each also without the padding around it, and without any special id. Nothing outside the mask
+    is read as a target (it may be -100)."""
     ids, targets, mask = (row[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
     masked = [t for t, keep in enumerate(mask) if keep]
     end = masked[-1] + 1 if masked else len(ids)
     if classify:
         texts = [ids[:end], ids]
-        extra = {"label": tokenizer.decode([targets[t] for t in masked])}
+        extra = {"label": decoded(tokenizer, [targets[t] for t in masked])}
     else:
-        texts = [ids[:end] + targets[end - 1 : end], ids + targets[-1:]]
+        texts = [ids[:end] + [targets[end - 1]]] if masked else [ids]
         extra = {}
     texts += [unpadded(text, pads, specials) for text in texts]
     texts += [[i for i in text if i not in pads | specials] for text in texts]
     seen, out = set(), []
     for text in texts:
-        key = tuple(text)
-        if key not in seen:
+        key, words = tuple(text), decoded(tokenizer, text)
+        if key not in seen and words is not None:
             seen.add(key)
-            out.append({"text": tokenizer.decode(text), **extra})
+            out.append({"text": words, **extra})
     return out
 
 
 def sources(record: dict, tokenizer, classify: bool) -> list[dict]:
     """The record as written, and as the tokenizer can give it back (decode(encode(text))): a tokenizer that
-    normalizes (lowercases, collapses spaces) cannot do better."""
-    keys = ("text", "label") if classify else ("text",)
-    want = {k: record.get(k) for k in keys}
+    normalizes (lowercases, collapses spaces) cannot do better. For language modelling a record's `label`, where it
+    has one (a response after its prompt), is the text's end."""
+    if classify:
+        want = {"text": record.get("text"), "label": record.get("label")}
+    else:
+        want = {"text": record.get("text", "") + (record.get("label") or "")}
     out = [want]
     with contextlib.suppress(Exception):  # a source the tokenizer cannot encode: only the record as written
         out.append(
@@ -80,6 +103,28 @@ def sources(record: dict, tokenizer, classify: bool) -> list[dict]:
 def agrees(row: dict, record: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
     wanted = sources(record, tokenizer, classify)
     return any(got in wanted for got in readings(row, tokenizer, classify, pads, specials))
+
+
+def mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool, **_) -> str | None:
+    """Language modelling whose loss mask stops before the example ends: its last targets are never learned (the
+    end of text left out of the mask, say)."""
+    record = records[row]
+    if classify or record is None:
+        return None
+    ids, targets, mask = (batch[k][row].tolist() for k in ("input_ids", "targets", "loss_mask"))
+    masked = [t for t, keep in enumerate(mask) if keep]
+    if not masked:
+        return None
+    end, wanted = masked[-1] + 1, {s["text"] for s in sources(record, tokenizer, False)}
+    for k in (1, 2):
+        tail = targets[end : end + k]
+        if len(tail) == k and decoded(tokenizer, ids[:end] + targets[end - 1 : end] + tail) in wanted:
+            return (
+                f"the loss mask ends {k} position{'s' * (k > 1)} before the example does: its last target "
+                f"{decoded(tokenizer, tail)!r} is never learned (the end of text left out of the mask?); mask every "
+                "real target"
+            )
+    return None
 
 
 def shift_of(batch: dict) -> int | None:
@@ -146,10 +191,10 @@ def vocabulary(batch: dict, records: list[dict | None], tokenizer, classify: boo
             src = tokenizer.encode(record.get("text", "") + (record.get("label") or "" if classify else ""))
         except Exception:
             return None
-        ids = batch["input_ids"][r].tolist()
-        got = ids if classify else ids + batch["targets"][r, -1:].tolist()
-        if classify:
-            got = got + batch["targets"][r][batch["loss_mask"][r]].tolist()
+        ids, keep = batch["input_ids"][r].tolist(), batch["loss_mask"][r]
+        if not bool(keep.any()):
+            return None
+        got = ids + (batch["targets"][r][keep].tolist() if classify else [int(batch["targets"][r][keep][-1])])
         if len(got) != len(src):
             return None
         for a, b in zip(src, got, strict=True):
@@ -192,7 +237,7 @@ def other_example(
 
 
 #: the causes tried, in order: the first that fits is the diagnosis
-CAUSES = (time_major, one_example, label_inside, shifted, vocabulary, other_example)
+CAUSES = (time_major, one_example, label_inside, shifted, mask_short, vocabulary, other_example)
 
 
 def diagnose(batch: dict, row: int, index: int, records: list, lookup: Callable, **context) -> str:

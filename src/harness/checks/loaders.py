@@ -65,8 +65,9 @@ def workers_repeat(loader: DataLoader) -> str | None:
     most = Counter(shared).most_common(1)[0][1]
     return (
         f"its {workers} workers hand out {distinct} distinct examples in {len(shared)} rows (read in one process: "
-        f"{expected}), some {most} times: every worker reads the whole stream; give each its share in the "
-        "dataset's __iter__ (torch.utils.data.get_worker_info(): every num_workers-th example from its id)"
+        f"{expected}), some {most} times: the workers read the same examples (each the whole stream, or the same "
+        "share of it); give each its own share in the dataset's __iter__ (torch.utils.data.get_worker_info(): every "
+        "num_workers-th example, starting at the worker's id)"
     )
 
 

@@ -81,8 +81,7 @@ class PreflightPlugin:
         self._seconds[report.nodeid] = self._seconds.get(report.nodeid, 0.0) + report.duration
         # a test that failed or crashed before recording a result still gets a row
         if report.failed and report.nodeid not in self._recorded:
-            message = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
-            self.add(CheckResult(report.nodeid.split("::")[-1], FAIL, message), report.nodeid)
+            self.add(CheckResult(check_name(report.nodeid), FAIL, crash(report)), report.nodeid)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector):
@@ -95,6 +94,20 @@ class PreflightPlugin:
             )
             self.add(CheckResult(collector.path.name, FAIL, message), None)
         return report
+
+
+def check_name(nodeid: str) -> str:
+    """A preflight test's row name: the check it runs (`test_data[loss_mask]` -> `loss_mask`), else the test's."""
+    test = nodeid.split("::")[-1]
+    return test[test.index("[") + 1 : -1] if test.endswith("]") and "[" in test else test
+
+
+def crash(report) -> str:
+    """A test that raised before recording a row: the exception and where, in one line."""
+    found = getattr(report.longrepr, "reprcrash", None)
+    if found is None:
+        return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else "failed"
+    return f"raised {found.message.splitlines()[0][:300]} (at {Path(found.path).name}:{found.lineno}): a bug in the check or in the code it ran"
 
 
 def table(rows: list[dict]) -> str:

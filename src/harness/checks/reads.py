@@ -8,6 +8,7 @@ DataReads, a test or a fork may hand them the datamodule itself."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from itertools import islice
 
 import torch
@@ -23,8 +24,9 @@ ITEMS, ITEM_SECONDS = 4096, 2.0
 
 
 def cloned(batch):
-    """`batch` with every tensor copied: a loader may hand out views of memory it reuses."""
-    if isinstance(batch, dict):
+    """`batch` with every tensor copied, as a dict where it is a mapping (a BatchEncoding, a UserDict): a loader
+    may hand out views of memory it reuses."""
+    if isinstance(batch, Mapping):
         return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     return batch
 
@@ -103,12 +105,12 @@ class DataReads:
         read = loader.dataset
         if not indexable(read):  # a stream: the records' own dataset, read in order in this process
             rows = DataLoader(source, batch_size=loader.batch_size, collate_fn=collate_of(loader))
-            batch = next(iter(rows), None)
+            batch = cloned(next(iter(rows), None))
             count = len(batch["input_ids"]) if isinstance(batch, dict) and "input_ids" in batch else 0
             return None if batch is None else (batch, list(range(count)))
         recorder = Recorder(read)
         rows = DataLoader(recorder, batch_sampler=loader.batch_sampler, collate_fn=collate_of(loader))
-        batch = next(iter(rows), None)
+        batch = cloned(next(iter(rows), None))
         if batch is None:
             return None
         taken = recorder.taken

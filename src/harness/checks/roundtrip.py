@@ -3,13 +3,16 @@ diagnosed by harness.checks.diagnose), and fixed loaders hand out the same batch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from harness.batches import indexable
 from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult
 from harness.checks.batch import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
-from harness.checks.diagnose import account, agrees, diagnose, quoted, readings, time_major
+from harness.checks.diagnose import account, agrees, diagnose, is_classification, quoted, readings, time_major
 from harness.checks.reads import SPLITS, reads
 
 #: rows of each split's first batch the round trip decodes, and records of a stream searched for a row's source
@@ -28,52 +31,19 @@ def data_roundtrip(model, data, cfg=None) -> CheckResult:
     """Each split's first batch, made by its loader's own sampler and collate, decodes back to the source records
     of the examples it holds (text, or text and label); a mismatch says which known mistake the evidence fits."""
     data = reads(data, cfg)
-    pads, specials = pad_ids(data.tokenizer), set(special_ids(data.tokenizer).values())
     checked = 0
     for split in SPLITS:
-        source = data.record_source(split)
-        if source is None:
+        if data.record_source(split) is None:
             return CheckResult(
                 "data_roundtrip", WARN, f"the {split} dataset has no record(i): nothing to compare with"
             )
         traced = data.indexed(split)
         if traced is None:
             continue
-        batch, indices = traced
-        if time_major(batch, rows=len(indices)):
-            return CheckResult(
-                "data_roundtrip", FAIL, f"{split} example {indices[0]}: {time_major(batch, len(indices))}"
-            )
-        if layout_fault(batch) is not None:
-            return CheckResult(
-                "data_roundtrip", SKIP, "not judged: the batches are not Batches (see batch_format)"
-            )
-        if out_of_range(batch, vocab_size(data.tokenizer) or 0) is not None:
-            return CheckResult(
-                "data_roundtrip",
-                SKIP,
-                "not judged: the batch holds ids no tokenizer decodes (see ids_in_range)",
-            )
-        records = [record_of(source, i) for i in indices]
-        classify = records[0] is not None and "label" in records[0]
-        stream = not indexable(source)
-        for row, (index, record) in enumerate(list(zip(indices, records, strict=True))[:EXAMPLES]):
-            one = {k: batch[k][row] for k in ("input_ids", "targets", "loss_mask")}
-            if record is not None and agrees(one, record, data.tokenizer, classify, pads, specials):
-                checked += 1
-                continue
-            if stream and found_in(source, one, data.tokenizer, classify, pads, specials):
-                checked += 1  # a stream that yields its examples in another order than record(i) counts them
-                continue
-            context = dict(
-                tokenizer=data.tokenizer, classify=classify, pads=pads, specials=specials, rows=len(indices)
-            )
-            lookup = lambda j, source=source: record_of(source, j)  # noqa: E731
-            cause = diagnose(batch, row, index, records, lookup, **context)
-            got = readings(one, data.tokenizer, classify, pads, specials)[0]
-            told = account(got, record) if record is not None else f"record({index}) does not exist"
-            fix = cause or "check how each text is encoded and cut into input_ids and targets"
-            return CheckResult("data_roundtrip", FAIL, f"{split} example {index}: {told}; {fix}")
+        result = split_roundtrip(data, split, *traced)
+        if isinstance(result, CheckResult):
+            return result
+        checked += result
     if not checked:
         return CheckResult("data_roundtrip", SKIP, "not judged: no batch could be traced to its examples")
     return CheckResult(
@@ -81,6 +51,61 @@ def data_roundtrip(model, data, cfg=None) -> CheckResult:
         PASS,
         f"{checked} examples decode back to their source (read through the loaders' own sampler and collate)",
     )
+
+
+def split_roundtrip(data, split: str, batch, indices: list[int]) -> CheckResult | int:
+    """The round trip of one split's first batch (rows `indices` of its records): a result where it is settled
+    (a FAIL, or why it cannot judge), else the number of rows that decode back to their source."""
+    source, tokenizer = data.record_source(split), data.tokenizer
+    if layout_fault(batch) is not None:
+        return CheckResult(
+            "data_roundtrip", SKIP, "not judged: the batches are not Batches (see batch_format)"
+        )
+    if time_major(batch, rows=len(indices)):
+        return CheckResult(
+            "data_roundtrip", FAIL, f"{split} example {indices[0]}: {time_major(batch, len(indices))}"
+        )
+    if out_of_range(batch, vocab_size(tokenizer) or 0) is not None:
+        return CheckResult(
+            "data_roundtrip", SKIP, "not judged: the batch holds ids no tokenizer decodes (see ids_in_range)"
+        )
+    if not bool(batch["loss_mask"].any()):
+        return CheckResult(
+            "data_roundtrip", SKIP, "not judged: the loss mask is empty, no target to read (see loss_mask)"
+        )
+    records = [record_of(source, i) for i in indices]
+    first = next((r for r in records if r is not None), None)
+    if first is not None and not isinstance(first.get("text") if hasattr(first, "get") else None, str):
+        keys = ", ".join(map(str, first)) if hasattr(first, "keys") else type(first).__name__
+        return CheckResult(
+            "data_roundtrip",
+            WARN,
+            f"not judged: record(i) of the {split} dataset holds {keys}; the round trip compares its 'text' (the "
+            "example's text as its tokens hold it) and, for classification, its 'label'",
+        )
+    classify = is_classification(first, tokenizer)
+    pads, specials = pad_ids(tokenizer), set(special_ids(tokenizer).values())
+    checked = 0
+    for row, (index, record) in enumerate(list(zip(indices, records, strict=True))[:EXAMPLES]):
+        one = {k: batch[k][row] for k in ("input_ids", "targets", "loss_mask")}
+        if not bool(one["loss_mask"].any()):  # no target to read: loss_mask says so
+            continue
+        if record is not None and agrees(one, record, tokenizer, classify, pads, specials):
+            checked += 1
+        elif not indexable(source) and found_in(source, one, tokenizer, classify, pads, specials):
+            checked += 1  # a stream that yields its examples in another order than record(i) counts them
+        else:
+            context = dict(
+                tokenizer=tokenizer, classify=classify, pads=pads, specials=specials, rows=len(indices)
+            )
+            cause = diagnose(batch, row, index, records, lambda j: record_of(source, j), **context)
+            got = (readings(one, tokenizer, classify, pads, specials) or [{"text": "(no token it decodes)"}])[
+                0
+            ]
+            told = account(got, record) if record is not None else f"record({index}) does not exist"
+            fix = cause or "check how each text is encoded and cut into input_ids and targets"
+            return CheckResult("data_roundtrip", FAIL, f"{split} example {index}: {told}; {fix}")
+    return checked
 
 
 def found_in(source, row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
@@ -121,9 +146,30 @@ def difference(a, b) -> str:
 
 
 def same(a, b) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-    return type(a) is type(b) and a == b
+    """Equal, whatever a batch's extra keys hold: tensors, numpy arrays, lists and dicts of them, or plain values."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b)
+        )
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a value that cannot say whether it equals another: compared as text
+        return repr(a) == repr(b)
 
 
 def static_batches(
@@ -132,15 +178,16 @@ def static_batches(
     """Two passes over each fixed (unshuffled) loader give identical batches, key by key."""
     data = reads(data, cfg)
     allowed = set(allowed_to_vary) | set((cfg or {}).get("static_batches_vary", None) or [])
-    compared = 0
+    compared = fixed_loaders = 0
     for split in SPLITS:
         loader = data.loader(split)
         if loader is None or not in_order(loader):
             continue
+        fixed_loaders += 1
         first = data.batches(split, batches)
         second = [b for _, b in zip(range(batches), loader, strict=False)]
         for i, (one, two) in enumerate(zip(first, second, strict=False)):
-            if not (isinstance(one, dict) and isinstance(two, dict)):
+            if not (isinstance(one, Mapping) and isinstance(two, Mapping)):
                 continue
             for key in sorted(set(one) | set(two)):
                 if key in allowed:
@@ -158,4 +205,11 @@ def static_batches(
                         "mutates or re-randomizes batches (allow a key to vary with static_batches_vary)",
                     )
             compared += 1
+    if not compared:
+        fixed = "no fixed loader with batches of the Batch layout (see batch_format)"
+        return CheckResult(
+            "static_batches",
+            SKIP if fixed_loaders else PASS,
+            fixed if fixed_loaders else "no loader is fixed: every one shuffles (nothing to compare)",
+        )
     return CheckResult("static_batches", PASS, f"{compared} batches identical over two passes, key by key")

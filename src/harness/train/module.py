@@ -31,7 +31,10 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         top1 = p.amax(dim=-1)
         lse = logits.amax(dim=-1) - top1.log()
         entropy = (lse - torch.linalg.vecdot(p, logits)).clamp_min(0)
-        index = targets[..., None]
+        # a target outside the loss mask may be anything (-100, a pad id past the vocabulary): read as class 0,
+        # its statistics are never counted (masked_metrics)
+        known = (targets >= 0) & (targets < logits.shape[-1])
+        index = torch.where(known, targets, torch.zeros_like(targets))[..., None]
         p_target = p.gather(-1, index)[..., 0]
         rival = p.scatter_(-1, index, -1.0).amax(dim=-1)  # the most probable other token
         correct = (p_target > rival).float()
