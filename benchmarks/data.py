@@ -300,7 +300,7 @@ def loader_share(data, size: str, warmup: int, steps: int) -> dict:
     model, optimizer = module.model, module.configure_optimizers()
 
     def step(batch: dict) -> None:
-        loss = module.loss_fn(model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
+        loss = module.loss(model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

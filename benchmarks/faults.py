@@ -25,7 +25,7 @@ def main(reps: int = 7) -> dict:
 
     def step(check: bool = False, anomaly: bool = False) -> None:
         with torch.autograd.set_detect_anomaly(anomaly):
-            loss = module.loss_fn(model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
+            loss = module.loss(model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         if check:

@@ -182,9 +182,7 @@ class Subject:
             for group in self.optimizer.param_groups:  # AdamW's every operation, at learning rate 0: each
                 group["lr"] = 0.0  # preflight sees the model at init, as in a run (trained, init_loss fails)
         batch = self.batch
-        loss = self.module.loss_fn(
-            self.module.model(batch["input_ids"]), batch["targets"], batch["loss_mask"]
-        )
+        loss = self.module.loss(self.module.model(batch["input_ids"]), batch["targets"], batch["loss_mask"])
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -19,6 +19,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from examples.checks import eval_deterministic
 from examples.dataset import ALPHABET, MotifData, convert, label, read_raw
+from examples.loss import FocalLoss
 from examples.model import ConvLM
 from examples.probe import LogitScale
 from examples.twin import CausalConv
@@ -272,6 +273,22 @@ def test_own_probe_runs_in_every_run_through_probes_extra(make_config, tmp_path)
                 run_dir=tmp_path / "bad",
             )
         )
+
+
+def test_own_loss_trains_and_is_checked(make_config, tmp_path):
+    """Focal loss, given by config: the run trains on it and the preflight checks it (its rows name no fault)."""
+    import math
+
+    cfg = make_config(
+        "n=1", "mode.target_loss=0.05", *PROBES_OFF, "loss._target_=examples.loss.FocalLoss", "+loss.gamma=2"
+    )
+    verdict = run(cfg)
+    assert verdict["status"] == "PASS" and all(c["status"] == PASS for c in verdict["checks"]), verdict[
+        "checks"
+    ]
+    logits, targets = torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long)
+    focal = FocalLoss(gamma=2)(logits, targets, torch.ones(1, 1, dtype=torch.bool))
+    assert focal.item() == pytest.approx((1 - 0.25) ** 2 * math.log(4))  # at a uniform prediction
 
 
 # the guide itself: every file and test it names exists, so it cannot point at something removed

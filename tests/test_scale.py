@@ -90,7 +90,7 @@ GRADIENTS = textwrap.dedent('''
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             model = copy.deepcopy(pl_module.model)
-            pl_module.loss_fn(model(batch["input_ids"]), batch["targets"], batch["loss_mask"]).backward()
+            pl_module.loss(model(batch["input_ids"]), batch["targets"], batch["loss_mask"]).backward()
             local = torch.cat([p.grad.flatten() for p in model.parameters()])
             self.local = local.norm().item()
             self.mean = trainer.strategy.all_gather(local).mean(dim=0).norm().item()  # [ranks, params] -> params
