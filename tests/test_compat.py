@@ -15,7 +15,13 @@ from harness import compat
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "harness"
 #: the private names compat.py wraps: they appear in no other file of the package
-PRIVATE = ("_logger_connector", "_get_file_writer", "_rewrite_with_new_header", "hydra._internal")
+PRIVATE = (
+    "_logger_connector",
+    "_get_file_writer",
+    "_rewrite_with_new_header",
+    "hydra._internal",
+    "_shutdown_workers",
+)
 
 
 def test_private_apis_appear_only_in_the_compat_module():
@@ -97,3 +103,16 @@ def test_a_changed_library_is_named_with_its_version():
         compat.lightning_logs_now(object())
     with pytest.raises(compat.LibraryChanged, match=re.escape(f"torch {torch.__version__}:")):
         compat.tensorboard_file_writer(object())
+
+
+def test_shutdown_workers_ends_a_persistent_loaders_processes():
+    """A loader with persistent workers keeps its processes between passes; the preflight ends those it read."""
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=2, persistent_workers=True)
+    list(loader)
+    workers = list(loader._iterator._workers)
+    assert all(w.is_alive() for w in workers)
+    compat.shutdown_workers(loader)
+    for worker in workers:
+        worker.join(timeout=10)
+    assert loader._iterator is None and not any(w.is_alive() for w in workers)
+    compat.shutdown_workers(loader)  # a loader with no workers left: nothing to do

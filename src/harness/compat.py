@@ -67,3 +67,20 @@ def hydra_args_parser():
         return get_args_parser()
 
     return _private("hydra-core", hydra.__version__, "hydra._internal.utils.get_args_parser", parser)
+
+
+def shutdown_workers(loader) -> None:
+    """End the worker processes a DataLoader keeps for its next pass (persistent_workers=True): a loader the
+    preflight read is done with, and its workers would otherwise live on through training until it is collected."""
+    import torch
+
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is None:
+        return
+    _private(
+        "torch",
+        torch.__version__,
+        "_MultiProcessingDataLoaderIter._shutdown_workers()",
+        iterator._shutdown_workers,
+    )
+    loader._iterator = None

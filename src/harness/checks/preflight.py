@@ -35,7 +35,7 @@ class PreflightPlugin:
         # overfit mode wraps the fork's datamodule (`.base`): its loaders are what the data checks must read
         self._model, self._data, self._cfg = model, getattr(data, "base", data), cfg
         self._batch = None
-        self._reads = DataReads(self._data, cfg)
+        self.reads = DataReads(self._data, cfg)
         self.results: list[CheckResult] = []
         self._recorded: set[str] = set()
         self._test_of: list[str | None] = []  # the pytest node of each result, None for a file's row
@@ -58,7 +58,7 @@ class PreflightPlugin:
     # the fixtures the preflight tests ask for by name
     model = pytest.fixture(name="model")(lambda self: self._model)
     data = pytest.fixture(name="data")(lambda self: self._data)
-    data_reads = pytest.fixture(name="data_reads")(lambda self: self._reads)
+    data_reads = pytest.fixture(name="data_reads")(lambda self: self.reads)
     cfg = pytest.fixture(name="cfg")(lambda self: self._cfg)
     batch = pytest.fixture(name="batch")(lambda self: self.shared_batch())
 
@@ -212,6 +212,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
     finally:
         torch.set_num_threads(threads)
         set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
+        plugin.reads.close()  # the workers of the fork's loaders the data checks read
     model.zero_grad(set_to_none=True)
     if caught:  # a signal ended the checks (harness.train.signals): the run stops with its verdict
         raise caught[0]

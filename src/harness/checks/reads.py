@@ -7,6 +7,7 @@ DataReads, a test or a fork may hand them the datamodule itself."""
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Mapping
 from itertools import islice
@@ -41,7 +42,7 @@ class Recorder(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, i):
-        self.taken.append(int(i))
+        self.taken.append(i)
         return self.dataset[i]
 
 
@@ -64,6 +65,14 @@ class DataReads:
         if key not in self._cache:
             self._cache[key] = compute()
         return self._cache[key]
+
+    def close(self) -> None:
+        """End the worker processes of the loaders read (a loader with persistent workers keeps them)."""
+        from harness.compat import shutdown_workers
+
+        for key, loader in self._cache.items():
+            if key[0] == "loader" and isinstance(loader, DataLoader):
+                shutdown_workers(loader)
 
     def dataset(self, split: str):
         return getattr(self.module, f"{split}_dataset", None)
@@ -111,9 +120,12 @@ class DataReads:
         recorder = Recorder(read)
         rows = DataLoader(recorder, batch_sampler=loader.batch_sampler, collate_fn=collate_of(loader))
         batch = cloned(next(iter(rows), None))
+        try:
+            taken = [operator.index(i) for i in recorder.taken]
+        except TypeError:  # a sampler of keys that are not positions: rows cannot be traced to record(i)
+            return None
         if batch is None:
             return None
-        taken = recorder.taken
         if read is not source:  # a Subset of the records' dataset maps back to its indices; others cannot
             if not (isinstance(read, Subset) and read.dataset is source):
                 return None
