@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,hf]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,all]'
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install (skipped when pyproject.toml is unchanged)

@@ -21,6 +21,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from harness.compat import hydra_args_parser
     from harness.config import validate
     from harness.config.explain import base_of, explain, grammar_error
+    from harness.config.extras import check_plugins
     from harness.config.rules import check_types
     from harness.report.search import check_sweeper
     from harness.train.devices import check_launch, on_cluster
@@ -43,6 +44,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
             ).hydra
         except Exception as err:
             die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
+        try:
+            check_plugins(hydra_cfg)  # the launcher's and sweeper's extras, before a job is queued
+        except ConfigError as err:
+            die(str(err), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
         for variant in variants:
             try:

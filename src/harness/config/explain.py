@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, ListConfig
 
+from harness.config.extras import plugin_missing
+
 #: what a kind of value is called in a one-line error
 KIND_WORDS = {
     "int": "a whole number",
@@ -49,6 +51,8 @@ def explain(err: Exception, overrides: list[str], base) -> str:
         return next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
 
     cause = err.__cause__
+    if isinstance(err, MissingConfigException) and plugin_missing(err.missing_cfg_file):
+        return plugin_missing(err.missing_cfg_file)
     if isinstance(err, MissingConfigException) and err.options is not None:
         group = err.missing_cfg_file.rpartition("/")[0] if err.missing_cfg_file else "?"
         options = sorted(o for o in err.options if not o.endswith("_schema"))  # a regime's types: no option

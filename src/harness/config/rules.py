@@ -17,6 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from harness.config.explain import KIND_WORDS, kind
+from harness.config.extras import check_extras
 from harness.config.schema import MODES
 from harness.data import rules as data_rules
 from harness.errors import ConfigError
@@ -176,6 +177,9 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     if cfg.mode.name not in MODES:
         raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
     check_files(cfg)
+    check_extras(
+        cfg
+    )  # before a part that needs an extra is built: an ImportError after the preflight is late
     check_across(cfg)
     check_ranges(cfg)
     check_flags(cfg)
