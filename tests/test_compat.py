@@ -116,3 +116,30 @@ def test_shutdown_workers_ends_a_persistent_loaders_processes():
         worker.join(timeout=10)
     assert loader._iterator is None and not any(w.is_alive() for w in workers)
     compat.shutdown_workers(loader)  # a loader with no workers left: nothing to do
+
+
+def test_lightning_imports_without_what_torchmetrics_imports_only_because_it_is_there():
+    """transformers and scipy, where installed, are not imported by `import pytorch_lightning` inside the guard,
+    and import as usual after it (model=hf, an Optuna search)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from harness.compat import as_if_not_installed\n"
+        "with as_if_not_installed(('transformers', 'scipy')):\n"
+        "    import pytorch_lightning, torchmetrics\n"
+        "print(sorted(m for m in ('transformers', 'scipy') if m in sys.modules))\n"
+        "import importlib.util\n"
+        "print([importlib.util.find_spec(m) is not None for m in ('transformers', 'scipy')])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and lines[0] == "[]", result.stdout + result.stderr
+    assert lines[1] == "[True, True]", f"found again after the guard (torchmetrics {torchmetrics_version()})"
+
+
+def torchmetrics_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("torchmetrics")

@@ -5,6 +5,9 @@ fails with the library and version it was written against, and tests/test_compat
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
+import sys
 from collections.abc import Callable
 
 
@@ -84,3 +87,40 @@ def shutdown_workers(loader) -> None:
         iterator._shutdown_workers,
     )
     loader._iterator = None
+
+
+class _NotInstalled(importlib.metadata.DistributionFinder):
+    """A finder of distributions (importlib.metadata's public protocol) that reports `names` as not installed."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
+
+    def find_spec(self, *args, **kwargs):
+        return None  # finds no module: the other finders do
+
+    def find_distributions(self, context=None):
+        name = getattr(context, "name", None)
+        if name is not None and name.replace("-", "_").lower() in self.names:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return iter(())
+
+
+@contextlib.contextmanager
+def as_if_not_installed(names: tuple[str, ...]):
+    """While a library is imported that imports `names` only because they are installed, those look not installed:
+    their metadata is not found and their import is blocked (None in sys.modules). After it, all is as it was: a run
+    that uses them imports them then. Lightning imports torchmetrics, which imports transformers (its text metrics)
+    and scipy (its audio metrics) wherever their distributions are installed: a second of every start-up, with no
+    setting to turn it off (torchmetrics 1.9: lightning_utilities' RequirementCache reads importlib.metadata)."""
+    names = tuple(n for n in names if n not in sys.modules)
+    finder = _NotInstalled(names)
+    sys.meta_path.insert(0, finder)
+    for name in names:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in names:
+            if sys.modules.get(name, "") is None:
+                del sys.modules[name]

@@ -26,6 +26,10 @@ QUIET = (
 )
 
 
+#: packages Lightning's torchmetrics imports whenever they are installed, which no run of the harness needs at
+#: start-up: model=hf imports transformers when it builds the model, an Optuna search scipy when it samples
+UNASKED = ("transformers", "scipy")
+
 #: the loggers Lightning gives a handler of their own when imported before logging is set up
 LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning_fabric")
 
@@ -79,11 +83,13 @@ def start(config_dir: Path, mode: str | None = None) -> None:
 
     from harness.cli.door import check_overrides, fixed_mode
     from harness.cli.task import task
+    from harness.compat import as_if_not_installed
 
     if mode is not None:
         sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
     check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
-    import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
+    with as_if_not_installed(UNASKED):  # what Lightning's torchmetrics imports only because it is installed
+        import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
 
     route_lightning_logs()
     for pattern in QUIET:
