@@ -191,6 +191,7 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
     data = mode.data(build(cfg.data, "data"))
     data.prepare_data()
     data.setup("fit")
+    check_splits(data, cfg.data.get("_target_"))
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     module = HarnessModule(
         model,
@@ -201,6 +202,21 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
         compile=cfg.compile,
     )
     return data, module
+
+
+def check_splits(data, target) -> None:
+    """A split that holds no example is bad input (exit 2) whatever the source, not a preflight FAIL or a run
+    without validation: the source's own splits are read (overfit mode's one batch is made from them)."""
+    source = getattr(data, "base", data)
+    for split, name in (("train", "training"), ("val", "validation")):
+        try:
+            empty = len(getattr(source, f"{split}_dataset")) == 0
+        except (AttributeError, TypeError):  # no such split, or a stream of no known length
+            continue
+        if empty:
+            raise ConfigError(
+                "data", target, f"the {name} split holds no examples; give the source at least one"
+            )
 
 
 def start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
