@@ -104,8 +104,43 @@ def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
         return
     try:
         (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
+        if cfg.get("overwrite", False) is True and replaced(cfg, directory, multirun):
+            empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
+
+
+def replaced(cfg, directory: Path, multirun: bool) -> bool:
+    """Whether +overwrite=true replaces an earlier run here: a run dir holding a verdict (unless this run continues
+    from a checkpoint inside it), a sweep dir any of whose job dirs holds one."""
+    if not Path(directory).is_dir():
+        return False
+    if multirun:
+        return any(prior_status(d) for d in Path(directory).iterdir() if d.is_dir())
+    ckpt = cfg.get("ckpt_path")
+    inside = ckpt not in (None, "last") and Path(directory).absolute() in Path(ckpt).absolute().parents
+    return prior_status(Path(directory)) is not None and not inside
+
+
+def empty_out(key: str, directory: Path) -> None:
+    """Remove everything in `directory` (what the run it replaces wrote: checkpoints, logs, plots, a tracker's
+    files), before Hydra writes the new run's: nothing of the earlier run is mistaken for this one's. Refused for
+    a folder that holds the working directory (a run dir of its own is what +overwrite=true replaces)."""
+    import shutil
+
+    directory = Path(directory).absolute()
+    if directory == Path.home() or directory in (Path.cwd(), *Path.cwd().parents):
+        raise ConfigError(
+            key,
+            str(directory),
+            "+overwrite=true empties the run dir it replaces, and this one holds the working directory; "
+            "give the run a folder of its own",
+        )
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
