@@ -92,8 +92,16 @@ def test_optuna_without_a_metric_is_refused_in_one_line(capsys, tmp_path, monkey
     assert exited.value.code == 2 and len(err) == 1, err
     assert err[0].startswith("error: optimized_metric=None: hydra/sweeper=optuna optimizes the number")
     # Optuna's interval syntax on the command line is checked by its two ends, and passes with a metric
+    # (val_loss: a mode=full run's; overfit mode never sets it)
     check_overrides(
-        ["-m", "hydra/sweeper=optuna", "optimized_metric=val_loss", "optim.lr=interval(1e-4,1e-2)"], CONF
+        [
+            "-m",
+            "hydra/sweeper=optuna",
+            "mode=full",
+            "optimized_metric=val_loss",
+            "optim.lr=interval(1e-4,1e-2)",
+        ],
+        CONF,
     )
 
 

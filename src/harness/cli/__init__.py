@@ -82,7 +82,9 @@ def start(config_dir: Path, mode: str | None = None) -> None:
 
     if mode is not None:
         sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
-    check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
+    sys.argv += check_overrides(
+        sys.argv[1:], config_dir
+    )  # first: a typo costs a second, not the imports below
     import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
 
     route_lightning_logs()

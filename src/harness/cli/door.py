@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 from harness.errors import ConfigError, die
 
 
-def check_overrides(argv: list[str], config_dir: Path) -> None:
-    """Compose the config for every value a sweep names and validate it, before anything runs."""
+def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
+    """Compose the config for every value a sweep names and validate it, before anything runs. Returns the
+    overrides the command line adds: an Optuna search runs under harness's class (hydra_plugins.harness_search)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
@@ -22,12 +23,12 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from harness.config import validate
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.rules import check_types
-    from harness.report.search import check_sweeper
+    from harness.report.search import check_sweeper, search_class
     from harness.train.devices import check_launch, on_cluster
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
-        return
+        return []
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
@@ -44,21 +45,54 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         except Exception as err:
             die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
+        jobs = []
         for variant in variants:
             try:
                 cfg = compose(config_name="train", overrides=searchpath + variant)
             except Exception as err:
                 die(explain(err, variant, base_of(variant, searchpath)), err)
+            base, given = base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
-                check_types(
-                    cfg, base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
-                )
+                check_types(cfg, base, given)
                 validate(cfg, devices=not on_cluster(launcher))
                 check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
                 check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
             except ConfigError as err:
                 die(str(err), err)
+            jobs.append((cfg, base, given))
         check_folders(cfg, hydra_cfg, multirun)
+        # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
+        launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
+        try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
+    return search_class(hydra_cfg.sweeper, multirun)
+
+
+def hydra_base(overrides: list[str], searchpath: list[str]):
+    """The Hydra settings composed with the command line's group choices only (hydra/launcher=parallel): the
+    config files' values, which a refusal is explained against. Inside initialize_config_dir."""
+    from hydra import compose
+
+    choices = [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
+    try:
+        return compose(config_name="train", overrides=searchpath + choices, return_hydra_config=True).hydra
+    except Exception:  # the choices alone do not compose: nothing to explain against
+        return None
+
+
+def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
+    """Build what each job's config builds and, for a sweep, its launcher (harness.config.trial): a value a
+    library refuses is one line now, not a traceback after the data is built."""
+    from harness.config.trial import launcher_trial, trial
+    from harness.train.devices import on_cluster
+
+    try:
+        for cfg, base, given in jobs:
+            trial(cfg, base, given, devices=not on_cluster(launcher))
+        if multirun:
+            given = [o.split("=")[0].lstrip("+~") for o in hydra_overrides]
+            launcher_trial(launcher, None if launcher_base is None else launcher_base.launcher, given)
+    except ConfigError as err:
+        die(str(err), err)
 
 
 def variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:

@@ -12,7 +12,7 @@ from torch import nn
 
 from harness.compat import lightning_logs_now
 from harness.ops.loss import CrossEntropy, Loss
-from harness.train.optim import adamw, parameter_groups
+from harness.train.optim import adamw, optimizer_and_schedule
 
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -142,8 +142,9 @@ class HarnessModule(pl.LightningModule):
         )
 
     def configure_optimizers(self):
-        optimizer = self.optimizer(parameter_groups(self.model))
-        if self.schedule is None:
+        optimizer, scheduler = optimizer_and_schedule(
+            self.optimizer, self.schedule, self.model, self.total_steps
+        )
+        if scheduler is None:
             return optimizer
-        scheduler = self.schedule(optimizer, total_steps=self.total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
