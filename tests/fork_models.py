@@ -98,6 +98,22 @@ class SlowGRU(GRU):
         return self.head(self.slow(self.gru(self.token_embedding(input_ids))[0]))
 
 
+class SlowValidation(pl.Callback):
+    """A callback (+callbacks.slow_val) that makes every validation batch take `seconds` (a long validation pass),
+    writing SLOW_MARKER as the first one of a run's validations begins."""
+
+    def __init__(self, seconds: float = 2.0):
+        self.seconds = seconds
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        import os
+        import pathlib
+        import time
+
+        pathlib.Path(os.environ["SLOW_MARKER"]).write_text("slow validation\n")
+        time.sleep(self.seconds)
+
+
 class SlowEnd(pl.Callback):
     """A callback (+callbacks.slow_end) whose on_train_end takes 60 s, as the plots of a long run can; it writes
     SLOW_MARKER first."""

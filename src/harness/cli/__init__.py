@@ -45,30 +45,13 @@ def route_lightning_logs() -> None:
 
 def main(config_dir: Path, mode: str | None = None) -> None:
     """Entry point of train.py (and of eval.py, `mode="eval"`: its task whatever the command line says of mode):
-    validate the overrides, then hand over to Hydra. A signal at any moment exits
-    128 + its number: the first handler is installed before anything else, and raises at once until a job's
-    own handler (harness.faults.StopOnSignal) or a sweep's (harness.signals.SweepStop) takes over."""
-    import atexit
-    import signal
+    validate the overrides, then hand over to Hydra. A signal at any moment exits 128 + its number
+    (harness.train.signals.run_guarded): the first handler is installed before anything else, and raises at once
+    until a job's own handler (harness.train.interrupt.StopOnSignal) or a sweep's (harness.train.signals.SweepStop)
+    takes over."""
+    from harness.train.signals import run_guarded
 
-    from harness.train.signals import Interrupted, SignalGate, ignore_from_now, leave_at_once
-
-    gate = SignalGate()
-    gate.install()
-    atexit.register(ignore_from_now)  # the first registered, the last run
-    try:
-        start(config_dir, mode)
-    except Interrupted as stop:
-        print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
-        sys.exit(128 + stop.signum)
-    except Exception:
-        # raised inside a C extension's import (numpy's, torch's), Interrupted comes back as an ImportError
-        if gate.received is None:
-            raise
-        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
-        sys.exit(128 + gate.received)
-    finally:
-        leave_at_once()
+    run_guarded(lambda: start(config_dir, mode))
 
 
 def start(config_dir: Path, mode: str | None = None) -> None:

@@ -285,8 +285,8 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from harness.train.signals import SweepStop
 
-        if "submitit" in str(config.hydra.launcher.get("_target_", "")):
-            return  # submitit's jobs are processes (or SLURM tasks) of their own, with submitit's handlers
+        if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            return  # the jobs are a cluster's: they go on without the process that submitted them
         self.stop = SweepStop(Path(config.hydra.sweep.dir))
         self.stop.install()
 
