@@ -215,6 +215,7 @@ def overfit_then_full(tmp_path, make_config, one_thread):
 
     def full(*extra: str):
         args = ("mode=full", "mode.max_steps=3", "preflight=false", "ckpt_path=last", *PROBES_OFF, *extra)
+        args = (*args, f"paths.log_dir={tmp_path / 'outputs'}")  # where ckpt_path=last looks: its runs/
         return make_config(*args, run_dir=runs / "full")
 
     return runs, full

@@ -52,7 +52,14 @@ def test_eval_measures_the_checkpoint_with_its_own_config(trained, make_config, 
     eval_dir = run_dir.parent / "second"
     # nothing about the model or the data given: they come from the checkpoint's run dir
     verdict = perform(
-        make_config("mode=eval", "ckpt_path=last", "mode.samples=2", "mode.new_tokens=5", run_dir=eval_dir)
+        make_config(
+            "mode=eval",
+            "ckpt_path=last",
+            f"paths.log_dir={tmp_path / 'outputs'}",  # where ckpt_path=last looks: its runs/
+            "mode.samples=2",
+            "mode.new_tokens=5",
+            run_dir=eval_dir,
+        )
     )
     report = json.loads((eval_dir / "eval.json").read_text())
     assert verdict["status"] == "DONE" and verdict["mode"] == "eval" and verdict["model"] == "GPT"
@@ -126,6 +133,10 @@ def test_the_lm_preset_trains_then_evaluates(make_config, tmp_path):
     assert trained["status"] == "DONE" and trained["model"] == "GPT" and trained["steps"] == 4
     (runs / "lm" / ".hydra").mkdir()
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, runs / "lm" / ".hydra" / "config.yaml")
-    perform(make_config("mode=eval", "ckpt_path=last", run_dir=runs / "eval"))
+    perform(
+        make_config(
+            "mode=eval", "ckpt_path=last", f"paths.log_dir={tmp_path / 'outputs'}", run_dir=runs / "eval"
+        )
+    )
     report = json.loads((runs / "eval" / "eval.json").read_text())
     assert report["loss"] == pytest.approx(trained["val_loss"], rel=1e-5) and report["tokens"] == 8 * 16

@@ -77,6 +77,7 @@ class HarnessModule(pl.LightningModule):
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
         self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
         self.step_lr: float | None = None  # the learning rate the latest training step used
+        self.resumed_metrics: dict = {}  # the latest validation's metrics, as the checkpoint resumed from kept them
         self.loss = loss or CrossEntropy()
         # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
         # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
