@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.data import shards, whole
 from harness.data.tokenizer import CharTokenizer, HFTokenizer, load_hf, train_bpe
 from harness.errors import ConfigError
-from harness.train.signals import calm_worker, workers_start_calm
+from harness.train.signals import CalmStart, calm_worker
 
 log = logging.getLogger(__name__)
 
@@ -201,9 +201,10 @@ def run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwa
         # fork: the workers need nothing imported again (spawn would import Lightning in each). The signals are
         # this process's to act on: a worker started calm leaves them to it, and ends silently with the pool
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with workers_start_calm():
+        with CalmStart() as started:
             pool = multiprocessing.get_context(method).Pool(min(workers, len(tasks)), initializer=calm_worker)
         with pool:
+            started.check()  # a signal while the workers started: now, with the pool there to be ended
             for index, *result in pool.imap_unordered(call, tasks):
                 results[index] = result
                 bar.update(tasks[index].size)

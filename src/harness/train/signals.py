@@ -7,7 +7,6 @@ once everywhere. This module imports nothing heavy: train.py's first handler is 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -128,19 +127,37 @@ def run_guarded(work) -> None:
         leave_at_once()
 
 
-@contextlib.contextmanager
-def workers_start_calm():
-    """Around starting a pool's worker processes (forked: they inherit this process's Python handlers): the
-    signals are blocked while they start, and each worker's `calm_worker` sets its own before taking them."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
-        yield
-    finally:
+class CalmStart:
+    """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
+    blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own; and this
+    process's gate only notes one meanwhile (its handler may run inside fork's own hooks, which swallow what it
+    raises), `check()` raising it once the pool exists to be ended."""
+
+    def __enter__(self) -> CalmStart:
+        self.gate = gate_of(signal.getsignal(signal.SIGTERM))
+        self.before = self.gate.received if self.gate else None
+        self.holding = self.gate.holding if self.gate else False
+        if self.gate is not None:
+            self.gate.holding = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        return self
+
+    def __exit__(self, *exc) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+        if self.gate is not None:
+            self.gate.holding = self.holding
+
+    def check(self) -> None:
+        """Raise Interrupted for a signal that came while the workers started, as the gate would have."""
+        gate = self.gate
+        if gate is None or gate.received is None or gate.received == self.before:
+            return
+        if not (gate.holding or gate.deferring):
+            raise Interrupted(gate.received)
 
 
 def calm_worker() -> None:
-    """A pool worker's initializer (started inside workers_start_calm): the signals are for the process that
+    """A pool worker's initializer (started inside CalmStart): the signals are for the process that
     started it, which ends the pool; the pool ends a worker with SIGTERM, which then ends it at once and silently
     (the default action), rather than through the run's own handler it inherited (a "SIGTERM received" line and
     a traceback, as if the user had sent it). Ctrl-C, which a terminal sends to every process, is ignored here."""
