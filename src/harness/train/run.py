@@ -239,15 +239,27 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if any(getattr(c, "validate_after_fit", False) for c in trainer.callbacks):
-            trainer.validate(
-                module, datamodule=data, verbose=False
-            )  # resumed at the last step, before its validation
+            end_as_it_would_have(trainer, module, data)  # resumed at the last step, before its validation
         outcome = "success"
     except (NonFinite, Interrupted) as err:
         stopped = err
     finally:
         finish_loggers(loggers, outcome)
     return stopped
+
+
+def end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
+    """A run resumed from its last step's checkpoint, saved before that step's validation, gets nothing at all from
+    Lightning (its steps are done). What the run it resumes did after that checkpoint runs here: the validation,
+    then the harness's and the fork's callbacks' start and end of training (the probes' final measures, rows and
+    plots; Lightning's own callbacks have nothing left to do)."""
+    trainer.validate(module, datamodule=data, verbose=False)
+    own = [
+        c for c in trainer.callbacks if not type(c).__module__.startswith(("pytorch_lightning", "lightning"))
+    ]
+    for hook in ("on_train_start", "on_train_end"):
+        for callback in own:
+            getattr(callback, hook)(trainer, module)
 
 
 def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
