@@ -456,3 +456,49 @@ def test_summary_is_importable_without_matplotlib_or_torch_cost():
     code = "import sys, harness.report.summary; print(sorted(m for m in ('matplotlib', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+UNREADABLE_JOBS = {
+    "a_list": ("verdict.json", "[1, 2]", "not a verdict (holds a JSON list, not an object)"),
+    "status_a_number": ("verdict.json", '{"status": 5}', "not a verdict (status is int '5', not str)"),
+    "steps_a_string": ("verdict.json", '{"status": "DONE", "steps": "many"}', "not a verdict (steps is str"),
+    "symptoms_not_a_list": ("verdict.json", '{"status": "DONE", "symptoms": "x"}', "symptoms is str"),
+    "symptom_without_name": (
+        "verdict.json",
+        '{"status": "DONE", "symptoms": [{}]}',
+        "symptoms must be a list",
+    ),
+    "grads_not_lists": (
+        "verdict.json",
+        '{"status": "DONE", "grad_by_position": {"init": 3}}',
+        "grad_by_position",
+    ),
+    "config_damaged": (".hydra/config.yaml", "mode: {name: [full", "config.yaml: not readable YAML"),
+    "config_a_list": (".hydra/config.yaml", "- 1\n- 2\n", "config.yaml: holds a YAML list"),
+    "hydra_damaged": (".hydra/hydra.yaml", "hydra: [", "hydra.yaml: not readable YAML"),
+}
+
+
+def test_report_marks_a_job_it_cannot_read_and_summarizes_the_rest(tmp_path):
+    """python -m harness.report on a sweep whose job dirs hold a verdict.json of the wrong shape or a damaged
+    .hydra/ file: each such job is one row saying why, as invalid JSON was; it crashed instead."""
+    sweep = tmp_path / "sweep"
+    good = '{"status": "DONE", "mode": "full", "final_loss": 1.5, "steps": 3}'
+    names = ["good", *UNREADABLE_JOBS]
+    for job, name in enumerate(names):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / "verdict.json").write_text(good)
+        (sweep / str(job) / ".hydra" / "config.yaml").write_text("mode: {name: full}\nseed: 0\n")
+        if name in UNREADABLE_JOBS:
+            file, text, _ = UNREADABLE_JOBS[name]
+            (sweep / str(job) / file).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.report", str(sweep)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    with open(sweep / "summary.csv") as f:
+        rows = {names[int(r["job"])]: r for r in csv.DictReader(f)}
+    assert set(rows) == set(names) and rows["good"]["status"] == "DONE" and not rows["good"]["error"]
+    for name, (_, _, said) in UNREADABLE_JOBS.items():
+        assert said in rows[name]["error"], (name, rows[name])
+    assert rows["config_damaged"]["status"] == "DONE", "the verdict is read: only the config is not"
