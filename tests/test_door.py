@@ -261,6 +261,15 @@ LIBRARY_REFUSALS = [
     ("trainer.accelerator=tpu", "trainer.accelerator=tpu: Lightning refuses it (Requirement 'torch_xla"),
     ("+trainer.limit_val_batches=-1", "trainer.limit_val_batches=-1: Lightning refuses it"),
     ("+trainer.profiler=bogus", "trainer.profiler=bogus: Lightning refuses it"),
+    (
+        "+trainer.accumulate_grad_batches=0",
+        "trainer.accumulate_grad_batches=0: Lightning refuses it",
+    ),  # at fit
+    ("+trainer.detect_anomaly=x", "trainer.detect_anomaly=x: Lightning refuses it"),  # only when it fits
+    ("model.dropout=2", "model.dropout=2: harness.models.Transformer refuses it (dropout probability"),
+    ("model=gpt model.heads=3", "model.heads=3: must divide model.d_model=128"),
+    ("loss=label_smoothing loss.smoothing=2", "loss.smoothing=2: "),
+    ("probes.grad_by_position.examples=0", "probes.grad_by_position.examples=0: must be a whole number >= 1"),
     ("data.alphabet=''", "data.alphabet='': must be a non-empty string"),
     ("data.labels=''", "data.labels='': must be a non-empty string"),
     ("data=text data.alphabet=ab", "data.alphabet='ab': the corpus (the built-in one) holds"),
@@ -305,6 +314,12 @@ def test_the_config_files_values_all_build():
         ["callbacks=rich"],
         ["-m", "hydra/launcher=parallel", "n=1,2"],
         ["-m", "hydra/launcher=local", "n=1,2"],
+        ["debug=profiler"],  # a value that reads the job's own dir (${hydra:runtime.output_dir})
+        ["debug=fdr"],
+        ["model=gpt", "model.size=gpt2"],  # built on the meta device: no memory, no time
+        ["model=lstm", "loss=z_loss"],
+        ["experiment=lm"],
+        ["trainer=ddp"],  # several processes: built, not fitted at the door
     ):
         assert check_overrides([*overrides, "hydra.run.dir=unused", "hydra.sweep.dir=unused"], CONF) == []
 

@@ -23,6 +23,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.config import validate
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.rules import check_types
+    from harness.config.trial import as_a_job
     from harness.report.search import check_sweeper, search_class
     from harness.train.devices import check_launch, on_cluster
 
@@ -39,9 +40,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
 
         try:  # the first job's Hydra settings: a preset may choose the launcher and make the run a sweep
-            hydra_cfg = compose(
+            first = compose(
                 config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
-            ).hydra
+            )
+            hydra_cfg = first.hydra
         except Exception as err:
             die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
@@ -63,7 +65,8 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         check_folders(cfg, hydra_cfg, multirun)
         # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
         launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
-        try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
+        with as_a_job(first):
+            try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
     return search_class(hydra_cfg.sweeper, multirun)
 
 
@@ -84,6 +87,7 @@ def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str]
     library refuses is one line now, not a traceback after the data is built."""
     from harness.config.trial import launcher_trial, trial
     from harness.train.devices import on_cluster
+    from harness.train.signals import Interrupted, received
 
     try:
         for cfg, base, given in jobs:
@@ -92,6 +96,8 @@ def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str]
             given = [o.split("=")[0].lstrip("+~") for o in hydra_overrides]
             launcher_trial(launcher, None if launcher_base is None else launcher_base.launcher, given)
     except ConfigError as err:
+        if received() is not None:  # a signal that landed inside a library being built looks like its refusal
+            raise Interrupted(received()) from None
         die(str(err), err)
 
 

@@ -166,6 +166,13 @@ def calm_worker() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
+def received() -> int | None:
+    """The signal the gate now handling SIGTERM has received, or None (none yet, or no gate): for code that turns
+    errors into a line, which a signal landing inside a library can look like."""
+    gate = gate_of(signal.getsignal(signal.SIGTERM))
+    return None if gate is None else gate.received
+
+
 def gate_of(handler) -> SignalGate | None:
     """The SignalGate whose handler `handler` is, else None."""
     owner = getattr(handler, "__self__", None)
