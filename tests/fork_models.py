@@ -98,6 +98,22 @@ class SlowGRU(GRU):
         return self.head(self.slow(self.gru(self.token_embedding(input_ids))[0]))
 
 
+class SlowValidation(pl.Callback):
+    """A callback (+callbacks.slow_val) that makes every validation batch take `seconds` (a long validation pass),
+    writing SLOW_MARKER as the first one of a run's validations begins."""
+
+    def __init__(self, seconds: float = 2.0):
+        self.seconds = seconds
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        import os
+        import pathlib
+        import time
+
+        pathlib.Path(os.environ["SLOW_MARKER"]).write_text("slow validation\n")
+        time.sleep(self.seconds)
+
+
 class SlowEnd(pl.Callback):
     """A callback (+callbacks.slow_end) whose on_train_end takes 60 s, as the plots of a long run can; it writes
     SLOW_MARKER first."""
@@ -109,3 +125,25 @@ class SlowEnd(pl.Callback):
 
         pathlib.Path(os.environ["SLOW_MARKER"]).write_text("slow end\n")
         time.sleep(60.0)
+
+
+class KillAt(pl.Callback):
+    """A callback (+callbacks.kill) that kills its own process outright (SIGKILL: nothing runs after it) as the
+    hook `hook` begins once `step` optimizer steps are done: on_validation_start (right after that step's
+    checkpoint, before its validation), on_train_batch_start (mid-training) or on_train_end."""
+
+    def __init__(self, step: int, hook: str = "on_validation_start"):
+        self.step, self.hook = step, hook
+
+    def kill(self, trainer, hook: str) -> None:
+        import os
+        import signal
+
+        if hook == self.hook and trainer.global_step >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.kill(trainer, "on_validation_start")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.kill(trainer, "on_train_batch_start")

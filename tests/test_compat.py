@@ -21,6 +21,9 @@ PRIVATE = (
     "_rewrite_with_new_header",
     "hydra._internal",
     "_shutdown_workers",
+    "_should_check_val_fx",
+    "_data_fetcher",
+    "epoch_loop.val_loop.batch_progress",
 )
 
 
@@ -91,6 +94,76 @@ def test_rewrite_csv_header_keeps_the_rows(tmp_path):
     with open(writer.metrics_file_path, newline="") as file:
         rows = list(csv.DictReader(file))
     assert rows == [{"a": "1.0", "b": "", "step": "0"}], rows
+
+
+class Counted(pl.LightningModule):
+    """One weight; counts the validation passes that begin, and the steps each follows."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+        self.validated: list[int] = []
+
+    def training_step(self, batch, batch_idx):
+        return (self.w * batch).sum()
+
+    def validation_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            self.validated.append(self.trainer.global_step)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class SaveBeforeValidation(pl.Callback):
+    """Saves a checkpoint at the end of step 2, and records whether Lightning validates then."""
+
+    def __init__(self, path):
+        self.path, self.due = path, None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 2:
+            self.due = compat.validation_due(trainer)
+            trainer.save_checkpoint(self.path)
+
+
+class RunOwedValidation(pl.Callback):
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        compat.validate_on_restart(checkpoint)
+
+
+def counted_fit(tmp_path, callbacks, ckpt_path=None) -> list[int]:
+    module = Counted()
+    trainer = pl.Trainer(
+        max_steps=4,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    loader = torch.utils.data.DataLoader(torch.ones(8, 1), batch_size=1)
+    trainer.fit(
+        module, train_dataloaders=loader, val_dataloaders=loader, ckpt_path=ckpt_path, weights_only=False
+    )
+    return module.validated
+
+
+def test_a_checkpoint_saved_before_its_steps_validation_runs_it_when_resumed(tmp_path):
+    """Lightning skips, on resume, the validation due at the step a checkpoint was saved at the end of;
+    validate_on_restart makes it run that validation first, as the run that was never stopped did."""
+    saver = SaveBeforeValidation(tmp_path / "at2.ckpt")
+    assert counted_fit(tmp_path, [saver]) == [2, 4] and saver.due is True
+    assert counted_fit(tmp_path, [], ckpt_path=tmp_path / "at2.ckpt") == [4], (
+        "Lightning's own resume skips it"
+    )
+    assert counted_fit(tmp_path, [RunOwedValidation()], ckpt_path=tmp_path / "at2.ckpt") == [2, 4]
+    with pytest.raises(compat.LibraryChanged, match=re.escape(f"pytorch_lightning {pl.__version__}:")):
+        compat.validate_on_restart({"loops": {}})
 
 
 def test_hydra_args_parser_reads_a_sweep():

@@ -227,15 +227,16 @@ def test_paths_default_to_data_and_outputs(monkeypatch):
 
 
 def test_ckpt_path_last_searches_the_log_dir(tmp_path, monkeypatch):
-    """find_checkpoint looks among the run's siblings: under paths.log_dir/runs, wherever that was moved."""
+    """find_checkpoint looks in one place: paths.log_dir/runs, wherever that was moved."""
     from harness.train.checkpoints import find_checkpoint
 
     monkeypatch.setenv("HARNESS_LOG_DIR", str(tmp_path / "scratch-out"))
-    run_dir = Path(compose_plain().hydra.run.dir)
+    cfg = compose_plain()
+    run_dir = Path(cfg.hydra.run.dir)
     earlier = tmp_path / "scratch-out" / "runs" / "2026-01-01" / "00-00-00" / "checkpoints" / "last.ckpt"
     earlier.parent.mkdir(parents=True)
     earlier.write_bytes(b"")
-    assert find_checkpoint("last", run_dir) == str(earlier)
+    assert find_checkpoint("last", run_dir, cfg.paths.log_dir) == str(earlier)
 
 
 def test_no_config_hard_codes_the_data_or_outputs_folder():

@@ -112,7 +112,10 @@ def test_text_file_errors_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match="empty"):
         TextDataModule(length=8, path=str(tmp_path / "empty.txt"), root=str(tmp_path))
     (tmp_path / "odd.txt").write_text("hello wörld " * 10)
-    with pytest.raises(ConfigError, match="outside data.alphabet"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.alphabet='helo wrd': the corpus \(.*odd\.txt\) holds characters outside it, 'ö'",
+    ):
         TextDataModule(length=8, path=str(tmp_path / "odd.txt"), alphabet="helo wrd", root=str(tmp_path))
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00abc" * 10)
     with pytest.raises(ConfigError, match="not UTF-8"):

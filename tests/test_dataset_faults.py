@@ -152,3 +152,49 @@ def test_a_cache_whose_content_is_wrong_under_matching_checksums_is_regenerated(
     again.prepare_data()
     again.setup()
     assert [again.train_dataset.record(i) for i in range(20)] == records
+
+
+@pytest.mark.parametrize("mode", ["full", "overfit"])
+def test_an_empty_validation_split_is_bad_input(mode, make_config, tmp_path):
+    """It was a preflight FAIL (exit 3) with data=folder mode=full, where the synthetic source refuses
+    data.val_size=0 at the door (exit 2): a split with no example is bad input, whichever source and mode."""
+    from harness.train.run import run
+
+    folder = write_folder(tmp_path / "mine", GOOD)
+    (folder / "val.jsonl").write_bytes(b"")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["splits"]["val"] = {"examples": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    cfg = make_config("data=folder", f"data.path={folder}", "data.length=4", f"mode={mode}", *PROBES_OFF)
+    with pytest.raises(ConfigError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        f"data.path={folder}: val.jsonl holds no examples; a dataset needs at least one validation example"
+    )
+
+
+def test_a_forks_empty_split_is_bad_input_too(make_config, tmp_path):
+    """Any source, not only the built-in ones: checked once the datamodule is set up."""
+    from harness.train.run import check_splits
+
+    class Fork:
+        train_dataset, val_dataset = [1, 2, 3], []
+
+    with pytest.raises(ConfigError, match=r"^data=my\.Fork: the validation split holds no examples"):
+        check_splits(Fork(), "my.Fork")
+    check_splits(type("Stream", (), {"train_dataset": iter([1]), "val_dataset": iter([2])})(), "my.Stream")
+
+
+@pytest.mark.slow  # a train.py run: ~10 s
+def test_an_empty_validation_split_through_train_py_exits_2_in_one_line(run_train, tmp_path):
+    folder = write_folder(tmp_path / "mine", GOOD)
+    (folder / "val.jsonl").write_bytes(b"")
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["splits"]["val"] = {"examples": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    result = run_train("data=folder", f"data.path={folder}", "data.length=4", "mode=full", *PROBES_OFF)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "val.jsonl holds no examples" in lines[0], (
+        result.stderr
+    )
+    assert "Traceback" not in result.stdout + result.stderr

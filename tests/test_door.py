@@ -3,7 +3,9 @@ A run directory that holds an earlier run, and a checkpoint of another mode, are
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from harness.cli.door import check_overrides
 from harness.errors import ConfigError
-from tests.conftest import CONF, PROBES_OFF
+from tests.conftest import CONF, PROBES_OFF, run_command
 
 
 def refused(capsys, *overrides: str) -> str:
@@ -82,7 +84,7 @@ def test_a_wandb_key_in_netrc_counts(capsys, monkeypatch, tmp_path):
 
 def test_good_values_of_other_kinds_pass(tmp_path):
     for overrides in (
-        ["trainer.devices=[0]"],
+        ["trainer.devices='1'"],  # a list of ids ([0]) is a GPU's: Lightning refuses it on the CPU
         ["trainer.devices=auto"],
         ["optim.lr=1"],
         ["trainer.gradient_clip_val=null"],
@@ -213,6 +215,7 @@ def overfit_then_full(tmp_path, make_config, one_thread):
 
     def full(*extra: str):
         args = ("mode=full", "mode.max_steps=3", "preflight=false", "ckpt_path=last", *PROBES_OFF, *extra)
+        args = (*args, f"paths.log_dir={tmp_path / 'outputs'}")  # where ckpt_path=last looks: its runs/
         return make_config(*args, run_dir=runs / "full")
 
     return runs, full
@@ -242,3 +245,170 @@ def test_resume_names_the_run_and_mode_it_resumes_from(overfit_then_full, caplog
         f"resuming from {runs / 'overfit' / 'checkpoints' / 'last.ckpt'}: the mode=overfit run in "
         f"{runs / 'overfit'}"
     ], said
+
+
+# -- what the config builds, built at the door --------------------------------------------------------------------
+
+LIBRARY_REFUSALS = [
+    # (overrides, the start of the line: the key at fault and its value, named from the library's refusal)
+    (
+        "optim=sgd optim.nesterov=true optim.momentum=0",
+        "optim.nesterov=true: torch.optim.SGD refuses it (Nesterov",
+    ),
+    ("optim.lr=nan", "optim.lr=nan: torch.optim.AdamW refuses it (Invalid learning rate"),
+    ("optim.lr=0.01 optim.betas=[2,0.9]", "optim.betas=[2, 0.9]: torch.optim.AdamW refuses it"),  # lr is fine
+    ("trainer.precision=13", "trainer.precision=13: Lightning refuses it (Precision 13 is invalid"),
+    ("trainer.accelerator=tpu", "trainer.accelerator=tpu: Lightning refuses it (Requirement 'torch_xla"),
+    ("+trainer.limit_val_batches=-1", "trainer.limit_val_batches=-1: Lightning refuses it"),
+    ("+trainer.profiler=bogus", "trainer.profiler=bogus: Lightning refuses it"),
+    (
+        "+trainer.accumulate_grad_batches=0",
+        "trainer.accumulate_grad_batches=0: Lightning refuses it",
+    ),  # at fit
+    ("+trainer.detect_anomaly=x", "trainer.detect_anomaly=x: Lightning refuses it"),  # only when it fits
+    ("model.dropout=2", "model.dropout=2: harness.models.Transformer refuses it (dropout probability"),
+    ("model=gpt model.heads=3", "model.heads=3: must divide model.d_model=128"),
+    ("loss=label_smoothing loss.smoothing=2", "loss.smoothing=2: "),
+    ("probes.grad_by_position.examples=0", "probes.grad_by_position.examples=0: must be a whole number >= 1"),
+    ("data.alphabet=''", "data.alphabet='': must be a non-empty string"),
+    ("data.labels=''", "data.labels='': must be a non-empty string"),
+    ("data=text data.alphabet=ab", "data.alphabet='ab': the corpus (the built-in one) holds"),
+    (
+        "-m n=1,2 trainer.precision=32-true,13",
+        "trainer.precision=13: Lightning refuses it",
+    ),  # one job's value
+    ("-m hydra/launcher=parallel hydra.launcher.n_jobs=0 n=1,2", "hydra.launcher.n_jobs=0: "),
+    ("-m hydra/launcher=parallel hydra.launcher.batch_size=0 n=1,2", "hydra.launcher.batch_size=0: "),
+]
+
+
+@pytest.mark.parametrize(("overrides", "line"), LIBRARY_REFUSALS, ids=[o for o, _ in LIBRARY_REFUSALS])
+def test_a_value_a_library_refuses_when_it_builds_is_one_line_naming_the_key(
+    overrides, line, capsys, tmp_path
+):
+    """The optimizer, schedule, Trainer, launcher and data source are built at the door: a value their library
+    refuses only when it builds them is named (the key whose own value, set back, builds), before any work."""
+    if "torch_xla" in line and importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch_xla is installed here: a TPU accelerator is not refused for its package")
+    run_dir, data_root = tmp_path / "run", tmp_path / "data"
+    message = refused(
+        capsys,
+        *overrides.split(),
+        f"hydra.run.dir={run_dir}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"data.root={data_root}",
+    )
+    assert message.startswith(f"error: {line}"), message
+    assert not run_dir.exists() and not data_root.exists() and not (tmp_path / "sweep").exists()
+
+
+def test_the_config_files_values_all_build():
+    """The other side of the refusals above: every config file's own values build at the door (no refusal
+    without a value given), whichever option of each group."""
+    for overrides in (
+        [],
+        ["optim=sgd"],
+        ["schedule=cosine"],
+        ["schedule=linear", "mode=full"],
+        ["data=text"],
+        ["callbacks=rich"],
+        ["-m", "hydra/launcher=parallel", "n=1,2"],
+        ["-m", "hydra/launcher=local", "n=1,2"],
+        ["debug=profiler"],  # a value that reads the job's own dir (${hydra:runtime.output_dir})
+        ["debug=fdr"],
+        ["model=gpt", "model.size=gpt2"],  # built on the meta device: no memory, no time
+        ["model=lstm", "loss=z_loss"],
+        ["experiment=lm"],
+        ["trainer=ddp"],  # several processes: built, not fitted at the door
+    ):
+        assert check_overrides([*overrides, "hydra.run.dir=unused", "hydra.sweep.dir=unused"], CONF) == []
+
+
+def test_a_typo_is_refused_before_torch_is_imported(tmp_path):
+    """The builds need torch and Lightning; a mistake the cheap checks see costs none of that import time."""
+    probe = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('heavy:', [m for m in ('torch', 'pytorch_lightning') if m in sys.modules]))\n"
+        f"sys.argv = ['train.py', 'optim.lr=-1', 'hydra.run.dir={tmp_path}/run']\n"
+        "from harness.cli import main\n"
+        f"main({str(CONF)!r})\n"
+    )
+    started = time.perf_counter()
+    result = run_command(sys.executable, "-c", probe, cwd=tmp_path)
+    assert result.returncode == 2 and "heavy: []" in result.stdout, result.stdout + result.stderr[-2000:]
+    assert result.stderr.strip().startswith("error: optim.lr=-1: must be >= 0"), result.stderr
+    assert time.perf_counter() - started < 10  # well under the ~5 s torch and Lightning take on their own
+
+
+@pytest.mark.slow  # two train.py runs that import torch and Lightning at the door: ~15 s
+def test_a_library_refusal_through_train_py_is_one_line_and_exit_2(run_train, tmp_path):
+    for override in ("optim.lr=nan", "trainer.precision=13"):
+        result = run_train(override)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+        assert (
+            lines[0].startswith(f"error: {override}: ") and "Traceback" not in result.stdout + result.stderr
+        )
+        assert not (tmp_path / "run").exists()
+
+
+# -- +overwrite=true ------------------------------------------------------------------------------------------------
+
+
+def earlier_run(run_dir: Path) -> None:
+    """What an earlier full run leaves in its dir: a verdict, its checkpoints, its log, a tracker's files."""
+    write_verdict(run_dir, "DONE")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "best.ckpt").write_bytes(b"earlier")
+    (run_dir / "train.log").write_text("a line of the earlier run\n")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / "tensorboard").mkdir()
+    (run_dir / "tensorboard" / "events").write_text("earlier")
+
+
+def test_overwrite_leaves_nothing_of_the_run_it_replaces(tmp_path):
+    run_dir = tmp_path / "earlier"
+    earlier_run(run_dir)
+    check_overrides([f"hydra.run.dir={run_dir}", "+overwrite=true"], CONF)
+    assert run_dir.is_dir() and list(run_dir.iterdir()) == [], list(run_dir.iterdir())
+    # a sweep dir: every earlier job and the summary go
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1", "2"):
+        earlier_run(sweep / job)
+    (sweep / "summary.md").write_text("earlier")
+    check_overrides(["-m", f"hydra.sweep.dir={sweep}", "n=1,2", "+overwrite=true"], CONF)
+    assert list(sweep.iterdir()) == []
+    # a run that continues inside its own dir keeps it: its checkpoint is what it resumes from
+    earlier_run(run_dir)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"resumed from")
+    ckpt = f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
+    check_overrides([f"hydra.run.dir={run_dir}", "+overwrite=true", "mode=full", ckpt], CONF)
+    assert (run_dir / "checkpoints" / "best.ckpt").is_file() and (run_dir / "train.log").is_file()
+
+
+def test_overwrite_never_empties_a_folder_holding_the_working_directory(capsys, tmp_path, monkeypatch):
+    earlier_run(tmp_path / "project")
+    (tmp_path / "project" / "my_code.py").write_text("precious\n")
+    monkeypatch.chdir(tmp_path / "project")
+    message = refused(capsys, "hydra.run.dir=.", "+overwrite=true")
+    assert "+overwrite=true empties the run dir it replaces" in message and "working directory" in message
+    assert (tmp_path / "project" / "my_code.py").read_text() == "precious\n"
+
+
+@pytest.mark.slow  # two train.py runs: ~20 s
+def test_an_overwritten_run_dir_holds_only_the_new_run(run_train, tmp_path):
+    first = run_train(
+        "mode=full", "mode.max_steps=4", "mode.val_every=2", "mode.ckpt_every=2", "preflight=false"
+    )
+    assert first.returncode == 0 and (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file(), first.stderr
+    old_lines = (tmp_path / "run" / "train.log").read_text().splitlines()
+    second = run_train("n=1", "mode.max_steps=2", "preflight=false", "+overwrite=true", *PROBES_OFF)
+    assert second.returncode == 1, second.stderr[-2000:]  # 2 steps do not memorize: FAIL, judged
+    run_dir = tmp_path / "run"
+    assert not (run_dir / "checkpoints" / "best.ckpt").exists(), "the replaced run's best checkpoint is left"
+    log = (run_dir / "train.log").read_text()
+    assert old_lines[0] not in log and old_lines[-1] not in log, log[
+        :2000
+    ]  # both hold the time they were said
+    assert sum("verdict" in line and "INFO" in line for line in log.splitlines()) == 1, log[-2000:]
+    assert json.loads((run_dir / "verdict.json").read_text())["mode"] == "overfit"

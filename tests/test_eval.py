@@ -52,7 +52,14 @@ def test_eval_measures_the_checkpoint_with_its_own_config(trained, make_config, 
     eval_dir = run_dir.parent / "second"
     # nothing about the model or the data given: they come from the checkpoint's run dir
     verdict = perform(
-        make_config("mode=eval", "ckpt_path=last", "mode.samples=2", "mode.new_tokens=5", run_dir=eval_dir)
+        make_config(
+            "mode=eval",
+            "ckpt_path=last",
+            f"paths.log_dir={tmp_path / 'outputs'}",  # where ckpt_path=last looks: its runs/
+            "mode.samples=2",
+            "mode.new_tokens=5",
+            run_dir=eval_dir,
+        )
     )
     report = json.loads((eval_dir / "eval.json").read_text())
     assert verdict["status"] == "DONE" and verdict["mode"] == "eval" and verdict["model"] == "GPT"
@@ -126,6 +133,42 @@ def test_the_lm_preset_trains_then_evaluates(make_config, tmp_path):
     assert trained["status"] == "DONE" and trained["model"] == "GPT" and trained["steps"] == 4
     (runs / "lm" / ".hydra").mkdir()
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, runs / "lm" / ".hydra" / "config.yaml")
-    perform(make_config("mode=eval", "ckpt_path=last", run_dir=runs / "eval"))
+    perform(
+        make_config(
+            "mode=eval", "ckpt_path=last", f"paths.log_dir={tmp_path / 'outputs'}", run_dir=runs / "eval"
+        )
+    )
     report = json.loads((runs / "eval" / "eval.json").read_text())
     assert report["loss"] == pytest.approx(trained["val_loss"], rel=1e-5) and report["tokens"] == 8 * 16
+
+
+def test_ckpt_path_last_looks_only_under_the_log_dir_and_says_where(make_config, tmp_path):
+    """With paths.log_dir an empty folder and the run dir elsewhere, an unrelated run's last.ckpt two folders up
+    from the run dir was taken. `last` looks in one place, paths.log_dir/runs, and says so when it is empty."""
+    unrelated = tmp_path / "elsewhere" / "old" / "run" / "checkpoints" / "last.ckpt"  # as runs/<date>/<time>
+    unrelated.parent.mkdir(parents=True)
+    unrelated.write_bytes(b"not this one")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = make_config(
+        "mode=eval", "ckpt_path=last", f"paths.log_dir={empty}", run_dir=tmp_path / "elsewhere" / "y" / "run"
+    )
+    with pytest.raises(ConfigError) as err:
+        perform(cfg)
+    message = str(err.value)
+    assert message.startswith(f"ckpt_path=last: no run under {empty / 'runs'} (paths.log_dir/runs/"), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("damage", ["mode: {name: [eval", "[1, 2]\n", "\xff\xfe not text"])
+def test_eval_beside_a_damaged_run_config_is_one_line(damage, trained, make_config, tmp_path):
+    run_dir, _ = trained
+    (run_dir / ".hydra" / "config.yaml").write_bytes(damage.encode("latin-1"))
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError) as err:
+        perform(make_config("mode=eval", f"ckpt_path={ckpt}", run_dir=tmp_path / "eval"))
+    message = str(err.value)
+    assert message.startswith(
+        f"ckpt_path={ckpt}: the config of the run that saved it, {run_dir}/.hydra/config.yaml"
+    )
+    assert "cannot be read" in message and "\n" not in message

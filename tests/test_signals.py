@@ -360,3 +360,165 @@ def test_a_long_preflight_is_announced_with_its_estimate(monkeypatch, caplog):
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith(f"preflight: about {estimate:.0f} s ahead (6 passes over 4 examples of 16 tokens")
     assert "preflight=false skips it" in line
+
+
+# --- the corpus's tokenizing workers, the preparer, validation, submitit and Optuna sweeps --------------------------
+
+
+def big_corpus(folder: Path, megabytes: int) -> Path:
+    """Code-like text files of about `megabytes` MB in all: long enough to tokenize that a signal lands mid-way."""
+    import random
+
+    rng, words = random.Random(0), ["def", "return", "self", "value", "import", "class", "yield", "None"]
+    folder.mkdir()
+    for k in range(4):
+        lines = (
+            "    " * rng.randint(0, 2) + " ".join(rng.choices(words, k=rng.randint(1, 8))) + f"({i})\n"
+            for i in range(megabytes * 6500)
+        )
+        (folder / f"f{k}.py").write_text("".join(lines))
+    return folder
+
+
+def no_traceback(out: str) -> None:
+    for word in ("Traceback", "BrokenPipeError", "KeyboardInterrupt", "Interrupted"):
+        assert word not in out, out[-3000:]
+
+
+def prepare_process(cwd: Path, *args: str) -> subprocess.Popen:
+    """`python -m harness.data.prepare ARGS` in its own process group (as a shell job is), output to cwd/out.txt."""
+    env = {**os.environ, "PYTHONPATH": FORK}
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.data.prepare", *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=open(cwd / "out.txt", "w"),  # noqa: SIM115  (the child holds it; closed with the test's tmp dir)
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow  # a 16 MB corpus tokenized by two workers, signalled mid-way: ~10 s each
+@pytest.mark.parametrize(("signum", "to_group"), [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_signal_to_the_preparer_ends_it_in_one_line_and_no_worker_is_left(signum, to_group, tmp_path):
+    files, root = big_corpus(tmp_path / "corpus", 4), tmp_path / "data"
+    args = ("data=corpus", "tokenizer=char", f"data.files={files}", f"data.root={root}", "data.workers=2")
+    process = prepare_process(tmp_path, *args)
+    wait_for(lambda: "tokenizing" in (tmp_path / "out.txt").read_text(), process, tmp_path)
+    sent = time.monotonic()
+    (os.killpg if to_group else os.kill)(process.pid, signum)
+    assert ended(process, tmp_path, sent) < BOUND_S
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode == 128 + signum, out[-3000:]
+    assert out.strip().splitlines()[-1] == f"interrupted by {signal.Signals(signum).name}"
+    no_traceback(out)
+    time.sleep(1)
+    assert not group_alive(process.pid), {pid: command_of(pid) for pid in group_alive(process.pid)}
+    assert not [p for p in root.rglob("*") if p.suffix == ".bin" or p.name.startswith(".val")], (
+        "half a folder"
+    )
+
+
+@pytest.mark.slow  # a run that tokenizes an 8 MB corpus with two workers first: ~20 s
+def test_a_run_that_prepares_a_corpus_says_nothing_of_signals(tmp_path):
+    """No signal sent: the pool ends its workers, and that is not the user's SIGTERM (it printed "SIGTERM
+    received" and a traceback a worker)."""
+    files, run = big_corpus(tmp_path / "corpus", 2), tmp_path / "run"
+    process = start(
+        "data=corpus", "tokenizer=char", "model=transformer", f"data.files={files}", "data.workers=2",
+        f"data.root={tmp_path / 'data'}", "data.length=16", "n=1", "mode.max_steps=2", f"hydra.run.dir={run}",
+        *QUICK, cwd=tmp_path,
+    )  # fmt: skip
+    process.wait(timeout=240)
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode in (0, 1), out[-3000:]  # judged: two steps need not memorize
+    assert "prepared" in out and "received" not in out, out[-3000:]
+    no_traceback(out)
+
+
+@pytest.mark.slow  # a run signalled while it tokenizes its corpus: ~15 s
+def test_signal_while_a_run_tokenizes_its_corpus(tmp_path):
+    files, run = big_corpus(tmp_path / "corpus", 4), tmp_path / "run"
+    process = start(
+        "data=corpus", "tokenizer=char", "model=transformer", f"data.files={files}", "data.workers=2",
+        f"data.root={tmp_path / 'data'}", "data.length=16", "n=1", f"hydra.run.dir={run}", *QUICK, cwd=tmp_path,
+    )  # fmt: skip
+    wait_for(lambda: "tokenizing" in (tmp_path / "out.txt").read_text(), process, tmp_path)
+    seconds = signal_and_check(process, tmp_path, run, (signal.SIGTERM,), "data generation")
+    assert seconds < BOUND_S
+    no_traceback((tmp_path / "out.txt").read_text().replace("INTERRUPTED", ""))
+
+
+@pytest.mark.slow  # a run whose validation batches take 2 s each, signalled in one; resumed to its end: ~40 s
+def test_signal_during_validation_stops_at_its_next_batch_and_resumes_as_if_never_stopped(
+    tmp_path, data_root, make_config, one_thread
+):
+    """It ran the whole validation pass first (12 s later, still running). Now it stops at the next batch with the
+    step's checkpoint, and the resumed run runs that validation again: its metrics.csv is the uninterrupted
+    run's, row for row (one thread here, as in the signalled process: the same sums in the same order)."""
+    from harness.train.run import run as train
+
+    marker, run = tmp_path / "in_validation", tmp_path / "run"
+    args = [
+        "mode=full", "mode.max_steps=8", "mode.val_every=4", "mode.ckpt_every=4", "mode.log_every=1",
+        "data.size=64", "data.batch_size=8", "data.val_size=40", *QUICK,
+    ]  # fmt: skip
+    process = start(
+        f"data.root={data_root}", *args, "+callbacks.slow._target_=tests.fork_models.SlowValidation",
+        f"hydra.run.dir={run}", cwd=tmp_path, marker=marker,
+    )  # fmt: skip
+    wait_for(marker.exists, process, tmp_path)
+    seconds = signal_and_check(process, tmp_path, run, (signal.SIGTERM,), "validation")
+    assert seconds < BOUND_S and read_verdict(run)["steps"] == 4
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    resumed = train(make_config(*args, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", run_dir=run))
+    straight = train(make_config(*args, run_dir=tmp_path / "straight"))
+    assert (run / "metrics.csv").read_text() == (tmp_path / "straight" / "metrics.csv").read_text()
+    for key in ("status", "steps", "final_loss", "val_loss", "accuracy", "p_correct"):
+        assert resumed[key] == straight[key], (key, resumed, straight)
+
+
+@pytest.mark.slow  # a submitit local sweep of 2 long jobs, stopped by SIGTERM: ~40 s
+def test_sigterm_stops_a_submitit_local_sweep_and_leaves_no_process(tmp_path, data_root):
+    args = sweep_args(tmp_path, data_root, "hydra/launcher=local")
+    args[args.index("mode.max_steps=10,100000,100001")] = "mode.max_steps=100000,100001"
+    process = start(*args, cwd=tmp_path)
+    sweep = tmp_path / "sweep"
+    wait_for(
+        lambda: steps(sweep / "0/metrics.csv") >= 3 and steps(sweep / "1/metrics.csv") >= 3, process, tmp_path
+    )
+    sent = time.monotonic()
+    os.kill(process.pid, signal.SIGTERM)
+    seconds = ended(process, tmp_path, sent)
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode == 143, out[-3000:]
+    verdicts = [read_verdict(sweep / job) for job in ("0", "1")]
+    assert all(v["status"] == "INTERRUPTED" and v["steps"] > 0 for v in verdicts), verdicts
+    assert (sweep / "summary.csv").is_file() and "Traceback" not in out
+    deadline = time.monotonic() + 10
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {pid: command_of(pid) for pid in group_alive(process.pid)}
+    assert not left, f"processes of the sweep left behind: {left}"
+    assert seconds < BOUND_S
+
+
+@pytest.mark.slow  # an Optuna search stopped by Ctrl-C in its first trial: ~15 s
+def test_ctrl_c_to_an_optuna_search_writes_the_summary(tmp_path, data_root):
+    """It ended in Optuna's `ValueError: No trials are completed yet` and wrote no summary."""
+    process = start(
+        "-m", "experiment=search", "hydra.sweeper.n_trials=3", "mode.max_steps=100000", "mode.val_every=1000",
+        "mode.log_every=1", "data.size=32", "data.batch_size=8", "data.length=8", f"data.root={data_root}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", *QUICK, cwd=tmp_path,
+    )  # fmt: skip
+    wait_for(lambda: steps(tmp_path / "sweep/0/metrics.csv") >= 3, process, tmp_path)
+    sent = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    assert ended(process, tmp_path, sent) < BOUND_S
+    out = (tmp_path / "out.txt").read_text()
+    assert process.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "No trials are completed" not in out, out[-3000:]
+    with open(tmp_path / "sweep" / "summary.csv") as f:
+        rows = {r["job"]: r["status"] for r in csv.DictReader(f)}
+    assert rows == dict.fromkeys(("0", "1", "2"), "INTERRUPTED"), rows

@@ -171,13 +171,14 @@ def test_launchers_extend_the_plugins_configs():
 
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory, data_root) -> Path:
-    """A real basic-launcher sweep of two jobs, the second a user mistake only found inside the job."""
+    """A real basic-launcher sweep of two jobs, the second a user mistake only found inside the job (more examples
+    to overfit than its data holds: the door, which builds no data, cannot see it)."""
     cwd = tmp_path_factory.mktemp("failing_sweep")
     result = train(
         "-m",
-        "data.rule=first_token,bogus",
+        "n=1,5000",
+        "data.rule=first_token",
         "data.length=12",
-        "n=1",
         "mode.max_steps=3",
         "preflight=false",
         cwd=cwd,
@@ -204,18 +205,19 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     assert float(good["reach_init"]) == pytest.approx(verdict["reach_init"], rel=1e-5), (
         "the probe's reach, read back"
     )
-    assert (bad["status"], bad["model"], bad["length"], bad["rule"]) == (
+    assert (bad["status"], bad["model"], bad["length"], bad["rule"], bad["n"]) == (
         "ERROR",
         "Transformer",
         "12",
-        "bogus",
+        "first_token",
+        "5000",
     )
-    assert bad["error"].startswith("data.rule=bogus") and bad["final_loss"] == bad["reach_init"] == ""
+    assert bad["error"].startswith("n=5000: the training split has only") and bad["final_loss"] == ""
     md = (failing_sweep / "summary.md").read_text()
     assert (
         "| model | length | rule | status | final_loss | accuracy | steps | reach_init | reach_final |" in md
     )
-    assert "| ERROR |" in md and "data.rule=bogus" in md and "1 ERROR" in md
+    assert "| ERROR |" in md and "n=5000" in md and "1 ERROR" in md
     assert_plots(failing_sweep)
 
 
@@ -280,17 +282,17 @@ def test_underflow_is_written_as_zero_and_drawn(tmp_path):
 @pytest.mark.slow
 def test_joblib_jobs_run_in_parallel_on_one_fresh_data_root(tmp_path):
     """Two workers; the first two jobs need the same (large) synthetic dataset, which none has yet. The dataset is
-    generated once, whole; the jobs overlap in time; a job's error stays one line in its own log."""
+    generated once, whole; the jobs overlap in time; a job's error (more examples than the data holds: seen only
+    once the data is) stays one line in its own log."""
     root = tmp_path / "fresh_data"
     result = train(
         "-m",
         "hydra/launcher=parallel",
         "hydra.launcher.n_jobs=2",
-        "data.rule=random,bogus",
+        "n=1,50000",
         "model=rnn,transformer",
         "data.length=64",
         "data.size=20000",
-        "n=1",
         "mode.max_steps=200",  # with no target to stop at (0 above the floor), a job lasts longer than a
         "mode.target_loss=0",  # worker takes to start: the two must overlap
         "preflight=false",
@@ -306,11 +308,9 @@ def test_joblib_jobs_run_in_parallel_on_one_fresh_data_root(tmp_path):
     assert [verdicts[j]["model_group"] for j in "01"] == ["rnn", "transformer"]
     assert all(verdicts[j]["status"] in ("PASS", "FAIL") for j in "01"), verdicts
     for j in "23":
-        assert verdicts[j]["status"] == "ERROR" and verdicts[j]["error"].startswith("data.rule=bogus"), (
-            verdicts[j]
-        )
+        assert verdicts[j]["status"] == "ERROR" and verdicts[j]["error"].startswith("n=50000"), verdicts[j]
         log = (sweep / j / "train.log").read_text()
-        assert "error: data.rule=bogus" in log and "Traceback" not in log, log
+        assert "error: n=50000" in log and "Traceback" not in log, log
     for j in "0123":  # HydraConfig in the worker: the job's own number, dir and mode
         hydra = OmegaConf.load(sweep / j / ".hydra" / "hydra.yaml").hydra
         assert (str(hydra.job.num), hydra.mode, Path(hydra.runtime.output_dir)) == (j, "MULTIRUN", sweep / j)
@@ -456,3 +456,49 @@ def test_summary_is_importable_without_matplotlib_or_torch_cost():
     code = "import sys, harness.report.summary; print(sorted(m for m in ('matplotlib', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+UNREADABLE_JOBS = {
+    "a_list": ("verdict.json", "[1, 2]", "not a verdict (holds a JSON list, not an object)"),
+    "status_a_number": ("verdict.json", '{"status": 5}', "not a verdict (status is int '5', not str)"),
+    "steps_a_string": ("verdict.json", '{"status": "DONE", "steps": "many"}', "not a verdict (steps is str"),
+    "symptoms_not_a_list": ("verdict.json", '{"status": "DONE", "symptoms": "x"}', "symptoms is str"),
+    "symptom_without_name": (
+        "verdict.json",
+        '{"status": "DONE", "symptoms": [{}]}',
+        "symptoms must be a list",
+    ),
+    "grads_not_lists": (
+        "verdict.json",
+        '{"status": "DONE", "grad_by_position": {"init": 3}}',
+        "grad_by_position",
+    ),
+    "config_damaged": (".hydra/config.yaml", "mode: {name: [full", "config.yaml: not readable YAML"),
+    "config_a_list": (".hydra/config.yaml", "- 1\n- 2\n", "config.yaml: holds a YAML list"),
+    "hydra_damaged": (".hydra/hydra.yaml", "hydra: [", "hydra.yaml: not readable YAML"),
+}
+
+
+def test_report_marks_a_job_it_cannot_read_and_summarizes_the_rest(tmp_path):
+    """python -m harness.report on a sweep whose job dirs hold a verdict.json of the wrong shape or a damaged
+    .hydra/ file: each such job is one row saying why, as invalid JSON was; it crashed instead."""
+    sweep = tmp_path / "sweep"
+    good = '{"status": "DONE", "mode": "full", "final_loss": 1.5, "steps": 3}'
+    names = ["good", *UNREADABLE_JOBS]
+    for job, name in enumerate(names):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / "verdict.json").write_text(good)
+        (sweep / str(job) / ".hydra" / "config.yaml").write_text("mode: {name: full}\nseed: 0\n")
+        if name in UNREADABLE_JOBS:
+            file, text, _ = UNREADABLE_JOBS[name]
+            (sweep / str(job) / file).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.report", str(sweep)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    with open(sweep / "summary.csv") as f:
+        rows = {names[int(r["job"])]: r for r in csv.DictReader(f)}
+    assert set(rows) == set(names) and rows["good"]["status"] == "DONE" and not rows["good"]["error"]
+    for name, (_, _, said) in UNREADABLE_JOBS.items():
+        assert said in rows[name]["error"], (name, rows[name])
+    assert rows["config_damaged"]["status"] == "DONE", "the verdict is read: only the config is not"

@@ -18,7 +18,7 @@ class LibraryChanged(RuntimeError):
 def _private(library: str, version: str, what: str, get: Callable):
     try:
         return get()
-    except (AttributeError, ImportError, TypeError) as err:
+    except (AttributeError, ImportError, TypeError, KeyError) as err:
         raise LibraryChanged(
             f"{library} {version}: {what} is not what harness.compat was written against "
             f"({type(err).__name__}: {err}); update src/harness/compat.py for this version"
@@ -58,6 +58,42 @@ def rewrite_csv_header(writer, keys: list[str]) -> None:
         "ExperimentWriter._rewrite_with_new_header(keys)",
         lambda: writer._rewrite_with_new_header(keys),
     )
+
+
+def validation_due(trainer) -> bool:
+    """Whether Lightning validates at the end of the training step now ending (called from on_train_batch_end, its
+    own decision, made again right after): a checkpoint saved now precedes that validation."""
+    import pytorch_lightning as pl
+
+    return _private(
+        "pytorch_lightning",
+        pl.__version__,
+        "fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher)",
+        lambda: bool(
+            sum(trainer.num_val_batches)
+            and trainer.fit_loop.epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+        ),
+    )
+
+
+def validate_on_restart(checkpoint: dict) -> None:
+    """Make a checkpoint saved at the end of a training step, before the validation due at that step, resume by
+    running that validation first (Lightning's own path for a checkpoint saved during a validation) instead of
+    skipping it: the step's end marked as done, the validation's progress as one batch started, none finished."""
+    import pytorch_lightning as pl
+
+    def edit() -> None:
+        loop = checkpoint["loops"]["fit_loop"]
+        steps = loop["epoch_loop.batch_progress"]
+        for part in ("total", "current"):
+            steps[part]["completed"] = steps[part]["processed"]
+        val = loop["epoch_loop.val_loop.batch_progress"]
+        before = val["total"]["completed"] - val["current"]["completed"]
+        val["total"] = {"ready": before + 1, "started": before + 1, "processed": before, "completed": before}
+        val["current"] = {"ready": 1, "started": 1, "processed": 0, "completed": 0}
+        val["is_last_batch"] = False
+
+    _private("pytorch_lightning", pl.__version__, "a checkpoint's loops.fit_loop progress", edit)
 
 
 def hydra_args_parser():
@@ -124,3 +160,16 @@ def as_if_not_installed(names: tuple[str, ...]):
         for name in names:
             if sys.modules.get(name, "") is None:
                 del sys.modules[name]
+
+
+#: packages Lightning's torchmetrics imports whenever they are installed, which no run of the harness needs at
+#: start-up: model=hf imports transformers when it builds the model, an Optuna search scipy when it samples
+UNASKED = ("transformers", "scipy")
+
+
+def import_lightning():
+    """pytorch_lightning, imported (the first time) without what its torchmetrics imports only because it is
+    installed (UNASKED): wherever the harness imports Lightning first, the door or the run."""
+    with as_if_not_installed(UNASKED):
+        import pytorch_lightning
+    return pytorch_lightning

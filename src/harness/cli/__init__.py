@@ -26,10 +26,6 @@ QUIET = (
 )
 
 
-#: packages Lightning's torchmetrics imports whenever they are installed, which no run of the harness needs at
-#: start-up: model=hf imports transformers when it builds the model, an Optuna search scipy when it samples
-UNASKED = ("transformers", "scipy")
-
 #: the loggers Lightning gives a handler of their own when imported before logging is set up
 LIGHTNING_LOGGERS = ("pytorch_lightning", "lightning_fabric")
 
@@ -49,30 +45,13 @@ def route_lightning_logs() -> None:
 
 def main(config_dir: Path, mode: str | None = None) -> None:
     """Entry point of train.py (and of eval.py, `mode="eval"`: its task whatever the command line says of mode):
-    validate the overrides, then hand over to Hydra. A signal at any moment exits
-    128 + its number: the first handler is installed before anything else, and raises at once until a job's
-    own handler (harness.faults.StopOnSignal) or a sweep's (harness.signals.SweepStop) takes over."""
-    import atexit
-    import signal
+    validate the overrides, then hand over to Hydra. A signal at any moment exits 128 + its number
+    (harness.train.signals.run_guarded): the first handler is installed before anything else, and raises at once
+    until a job's own handler (harness.train.interrupt.StopOnSignal) or a sweep's (harness.train.signals.SweepStop)
+    takes over."""
+    from harness.train.signals import run_guarded
 
-    from harness.train.signals import Interrupted, SignalGate, ignore_from_now, leave_at_once
-
-    gate = SignalGate()
-    gate.install()
-    atexit.register(ignore_from_now)  # the first registered, the last run
-    try:
-        start(config_dir, mode)
-    except Interrupted as stop:
-        print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
-        sys.exit(128 + stop.signum)
-    except Exception:
-        # raised inside a C extension's import (numpy's, torch's), Interrupted comes back as an ImportError
-        if gate.received is None:
-            raise
-        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
-        sys.exit(128 + gate.received)
-    finally:
-        leave_at_once()
+    run_guarded(lambda: start(config_dir, mode))
 
 
 def start(config_dir: Path, mode: str | None = None) -> None:
@@ -83,13 +62,13 @@ def start(config_dir: Path, mode: str | None = None) -> None:
 
     from harness.cli.door import check_overrides, fixed_mode
     from harness.cli.task import task
-    from harness.compat import as_if_not_installed
+    from harness.compat import import_lightning
 
     if mode is not None:
         sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
-    check_overrides(sys.argv[1:], config_dir)  # first: a typo costs a second, not the imports below
-    with as_if_not_installed(UNASKED):  # what Lightning's torchmetrics imports only because it is installed
-        import pytorch_lightning  # noqa: F401  (imported before Hydra sets up logging, so conf/ sets its levels)
+    # first: a typo costs a second, not the imports below; what it hands back (a dir it emptied) goes to Hydra
+    sys.argv += check_overrides(sys.argv[1:], config_dir)
+    import_lightning()  # before Hydra sets up logging, so conf/ sets its levels (the door may have already)
 
     route_lightning_logs()
     for pattern in QUIET:

@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 from harness.errors import ConfigError, die
 
 
-def check_overrides(argv: list[str], config_dir: Path) -> None:
-    """Compose the config for every value a sweep names and validate it, before anything runs."""
+def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
+    """Compose the config for every value a sweep names and validate it, before anything runs. Returns the
+    overrides the command line adds: an Optuna search runs under harness's class (hydra_plugins.harness_search)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
@@ -23,12 +24,13 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.extras import check_plugins
     from harness.config.rules import check_types
-    from harness.report.search import check_sweeper
+    from harness.config.trial import as_a_job
+    from harness.report.search import check_sweeper, search_class
     from harness.train.devices import check_launch, on_cluster
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
-        return
+        return []
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
@@ -39,9 +41,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
 
         try:  # the first job's Hydra settings: a preset may choose the launcher and make the run a sweep
-            hydra_cfg = compose(
+            first = compose(
                 config_name="train", overrides=variants[0] + hydra_overrides, return_hydra_config=True
-            ).hydra
+            )
+            hydra_cfg = first.hydra
         except Exception as err:
             die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
         try:
@@ -49,21 +52,58 @@ def check_overrides(argv: list[str], config_dir: Path) -> None:
         except ConfigError as err:
             die(str(err), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
+        jobs = []
         for variant in variants:
             try:
                 cfg = compose(config_name="train", overrides=searchpath + variant)
             except Exception as err:
                 die(explain(err, variant, base_of(variant, searchpath)), err)
+            base, given = base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
             try:  # the devices are held against this machine unless a cluster runs the job elsewhere
-                check_types(
-                    cfg, base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
-                )
+                check_types(cfg, base, given)
                 validate(cfg, devices=not on_cluster(launcher))
                 check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
                 check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
             except ConfigError as err:
                 die(str(err), err)
+            jobs.append((cfg, base, given))
         check_folders(cfg, hydra_cfg, multirun)
+        # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
+        launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
+        with as_a_job(first):
+            try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
+    return search_class(hydra_cfg.sweeper, multirun)
+
+
+def hydra_base(overrides: list[str], searchpath: list[str]):
+    """The Hydra settings composed with the command line's group choices only (hydra/launcher=parallel): the
+    config files' values, which a refusal is explained against. Inside initialize_config_dir."""
+    from hydra import compose
+
+    choices = [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
+    try:
+        return compose(config_name="train", overrides=searchpath + choices, return_hydra_config=True).hydra
+    except Exception:  # the choices alone do not compose: nothing to explain against
+        return None
+
+
+def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
+    """Build what each job's config builds and, for a sweep, its launcher (harness.config.trial): a value a
+    library refuses is one line now, not a traceback after the data is built."""
+    from harness.config.trial import launcher_trial, trial
+    from harness.train.devices import on_cluster
+    from harness.train.signals import Interrupted, received
+
+    try:
+        for cfg, base, given in jobs:
+            trial(cfg, base, given, devices=not on_cluster(launcher))
+        if multirun:
+            given = [o.split("=")[0].lstrip("+~") for o in hydra_overrides]
+            launcher_trial(launcher, None if launcher_base is None else launcher_base.launcher, given)
+    except ConfigError as err:
+        if received() is not None:  # a signal that landed inside a library being built looks like its refusal
+            raise Interrupted(received()) from None
+        die(str(err), err)
 
 
 def variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
@@ -109,8 +149,43 @@ def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
         return
     try:
         (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
+        if cfg.get("overwrite", False) is True and replaced(cfg, directory, multirun):
+            empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
+
+
+def replaced(cfg, directory: Path, multirun: bool) -> bool:
+    """Whether +overwrite=true replaces an earlier run here: a run dir holding a verdict (unless this run continues
+    from a checkpoint inside it), a sweep dir any of whose job dirs holds one."""
+    if not Path(directory).is_dir():
+        return False
+    if multirun:
+        return any(prior_status(d) for d in Path(directory).iterdir() if d.is_dir())
+    ckpt = cfg.get("ckpt_path")
+    inside = ckpt not in (None, "last") and Path(directory).absolute() in Path(ckpt).absolute().parents
+    return prior_status(Path(directory)) is not None and not inside
+
+
+def empty_out(key: str, directory: Path) -> None:
+    """Remove everything in `directory` (what the run it replaces wrote: checkpoints, logs, plots, a tracker's
+    files), before Hydra writes the new run's: nothing of the earlier run is mistaken for this one's. Refused for
+    a folder that holds the working directory (a run dir of its own is what +overwrite=true replaces)."""
+    import shutil
+
+    directory = Path(directory).absolute()
+    if directory == Path.home() or directory in (Path.cwd(), *Path.cwd().parents):
+        raise ConfigError(
+            key,
+            str(directory),
+            "+overwrite=true empties the run dir it replaces, and this one holds the working directory; "
+            "give the run a folder of its own",
+        )
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:

@@ -1,16 +1,23 @@
 """`build`: a config node instantiated (hydra.utils.instantiate) with a user's mistake turned into one line naming
-the key: a _target_ that cannot be imported, an argument it does not take, a value it refuses."""
+the key: a _target_ that cannot be imported, an argument it does not take, a value it refuses. `refused` names the
+key behind any library's refusal: the one that, set back to the config file's value, makes the refusal go away
+(where that can be tried: the door, harness.config.trial), else the one the library's message names."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import re
+from collections.abc import Callable
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
+
+#: the most of a library's message a one-line error quotes
+QUOTED = 240
 
 
 def unknown_argument(target, names) -> str | None:
@@ -35,6 +42,75 @@ def refuse_argument(node: DictConfig, key: str, target, names) -> None:
         ) from None
 
 
+def shown(value) -> str:
+    """A config value as a user writes it on the command line (true, null, 3e-3)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def said(err: BaseException) -> str:
+    """A library's message in one short line: its first line, at most QUOTED characters, else its type."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return first if len(first) <= QUOTED else first[: QUOTED - 3] + "..."
+
+
+def culprit(node: DictConfig, base: DictConfig, order: list[str], attempt: Callable) -> str | None:
+    """The first key of `node` (those in `order` first: the ones the command line set) whose value differs from
+    `base`'s (the config file's) and which, set back to it, lets `attempt(node)` succeed; None if none does."""
+    names = [*(k for k in order if k in node), *(str(k) for k in node if str(k) not in order)]
+    for name in names:
+        if name.startswith("_") or name not in node:
+            continue
+        default = base.get(name) if base is not None else None
+        if base is None or (name in base and node.get(name) == default):
+            continue
+        with_default = OmegaConf.to_container(node, resolve=True)
+        if name in base:
+            with_default[name] = default
+        else:
+            with_default.pop(name)
+        try:
+            attempt(OmegaConf.create(with_default))
+        except Exception:  # this key alone is not why: try the next
+            continue
+        return name
+    return None
+
+
+def refused(
+    err: BaseException,
+    key: str,
+    node: DictConfig,
+    base: DictConfig | None = None,
+    order: list[str] = (),
+    attempt: Callable | None = None,
+    what: str | None = None,
+) -> ConfigError:
+    """One line for a library's refusal (`err`) of the config node at `key`: the key at fault (see the module
+    docstring; `attempt(node)` builds a node again), its value, the library's words and the file's value."""
+    what, err = what or str(node.get("_target_") or key), library_error(err)
+    name = culprit(node, base, list(order), attempt) if attempt is not None else None
+    if name is None:
+        words = set(re.findall(r"\w+", str(err).lower()))
+        name = next((str(k) for k in node if not str(k).startswith("_") and str(k).lower() in words), None)
+    if name is None:
+        return ConfigError(
+            key, what, f"{what} refuses this config ({said(err)}); check the values under {key}"
+        )
+    fix = (
+        f"the config file has {key}.{name}={shown(base.get(name))}"
+        if base is not None and name in base
+        else "check its value, or remove it"
+    )
+    return ConfigError(f"{key}.{name}", shown(node.get(name)), f"{what} refuses it ({said(err)}); {fix}")
+
+
+def library_error(err: BaseException) -> BaseException:
+    """The library's own error behind a ConfigError that `refused` made (its words, not the line built from them)."""
+    return getattr(err, "library", None) or err
+
+
 def build(node: DictConfig, key: str, **kwargs):
     """hydra.utils.instantiate of the config node at `key`, with a user's mistake turned into a one-line
     ConfigError: a _target_ that cannot be imported, an argument it does not take, a value it refuses.
@@ -55,8 +131,10 @@ def build(node: DictConfig, key: str, **kwargs):
         if isinstance(cause, TypeError):
             names = [k for k in node if not str(k).startswith("_")] + list(kwargs)
             refuse_argument(node, key, get_object(node._target_), names)
-        if isinstance(cause, ValueError):
-            raise ConfigError(key, node.get("_target_"), str(cause)) from None
+        if isinstance(cause, (ValueError, TypeError, IndexError, AssertionError)):
+            error = refused(cause, key, node)
+            error.library = cause  # a caller that can try other values names the key from the library's words
+            raise error from None
         raise
     if isinstance(made, functools.partial):
         refuse_argument(node, key, made.func, list(made.keywords))

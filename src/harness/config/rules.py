@@ -189,4 +189,4 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     )  # trainer.devices is a count, a list of ids or auto, wherever the job runs
     if devices:
         device_rules.check_devices(cfg.trainer)
-    search.check_metric(cfg.get("optimized_metric"))
+    search.check_metric(cfg.get("optimized_metric"), cfg.mode.name)

@@ -21,6 +21,7 @@ import sysconfig
 from pathlib import Path
 
 from harness.data.rules import held_out_fraction
+from harness.data.shards import UNREADABLE
 from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
 from harness.errors import ConfigError
 
@@ -52,9 +53,7 @@ def resolve_files(files) -> list[Path]:
             if not matched:
                 raise ConfigError("data.files", entry, "the glob matches no file; check the pattern")
         elif path.is_dir():
-            matched = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.removesuffix(".gz").endswith(SUFFIXES)
-            )
+            matched = folder_files(path)
             if not matched:
                 raise ConfigError(
                     "data.files", entry, f"the folder holds no {'/'.join(SUFFIXES)} (or .gz) file"
@@ -66,7 +65,34 @@ def resolve_files(files) -> list[Path]:
                 "data.files", entry, "no such file or folder; give a file, a folder or a glob, or stdlib"
             )
         found.update(dict.fromkeys(p.resolve() for p in matched))
+    for path in found:
+        readable(path)
     return list(found)
+
+
+def readable(path: Path) -> None:
+    """A ConfigError naming a file of the corpus that cannot be opened (its permissions), before any work."""
+    try:
+        open(path, "rb").close()
+    except OSError as err:
+        raise ConfigError(
+            "data.files", str(path), f"cannot be read ({err.strerror or err}); {UNREADABLE}"
+        ) from None
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """The files of `folder` and its subfolders with a suffix the corpus reads, in order; a subfolder that cannot
+    be listed is named (it would leave its files out unseen)."""
+
+    def refuse(err: OSError) -> None:
+        raise ConfigError(
+            "data.files", err.filename, f"cannot be listed ({err.strerror}); {UNREADABLE}"
+        ) from None
+
+    found = []
+    for parent, _, names in os.walk(folder, onerror=refuse, followlinks=True):
+        found += [Path(parent) / n for n in names if n.removesuffix(".gz").endswith(SUFFIXES)]
+    return sorted(p for p in found if p.is_file())
 
 
 def corpus_name(files) -> str:

@@ -58,12 +58,13 @@ class FolderDataModule(DiskDataModule):
                 f"{short(err, self.dataset_dir)}; fix that line (or write the folder again with "
                 "harness.data.format.write_dataset)",
             ) from None
-        if not len(self.train_dataset):
-            raise ConfigError(
-                "data.path",
-                self.dataset_dir,
-                "train.jsonl holds no examples; a dataset needs at least one training example",
-            )
+        for split, name in (("train", "training"), ("val", "validation")):
+            if not len(getattr(self, f"{split}_dataset")):
+                raise ConfigError(
+                    "data.path",
+                    self.dataset_dir,
+                    f"{split}.jsonl holds no examples; a dataset needs at least one {name} example",
+                )
 
 
 def short(err: CorruptDataset, folder: Path) -> str:

@@ -9,6 +9,7 @@ config print one `error:` line and exit 2, as train.py's do."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -21,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.data import shards
+from harness.data import shards, whole
 from harness.data.tokenizer import CharTokenizer, HFTokenizer, load_hf, train_bpe
 from harness.errors import ConfigError
+from harness.train.signals import CalmStart, calm_worker
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +43,59 @@ def locked(path: Path):
         yield
 
 
+def unusable(data) -> str | None:
+    """Why `data`'s (a harness.data.corpus.Corpus) prepared folder cannot be used as it is, or None: it is whole
+    (harness.data.whole: meta.json's shape, each shard's length and checksum) and, for tokenizer=bpe, its
+    tokenizer.json reads."""
+    if not data.dataset_dir.exists():
+        return "is not prepared yet"
+    if data.tokenizer_cfg["kind"] == "bpe":
+        try:
+            data.trained_bpe()
+        except Exception:  # gone, damaged, not a tokenizer: trained again with the shards
+            return "has lost its tokenizer.json, or it cannot be read"
+    why = whole.damage(data.dataset_dir)
+    return None if why is None else f"is damaged: {why}"
+
+
+@contextlib.contextmanager
+def writing(data, why: str):
+    """Turn a folder that cannot be written (a read-only data.root) into one line naming data.root."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise ConfigError(
+            "data.root",
+            str(data.root),
+            f"{data.dataset_dir} {why} and cannot be prepared there ({err.strerror}); give a writable "
+            "data.root (e.g. data.root=data), or prepare it where it can be written",
+        ) from None
+
+
 def prepare(data) -> Path:
-    """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A
-    user mistake in the files is a ConfigError, and leaves nothing that looks whole."""
-    folder, bpe = data.dataset_dir, data.tokenizer_cfg["kind"] == "bpe"
-    with locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
-        if shards.is_prepared(folder) and (not bpe or (data.tokenizer_dir / "tokenizer.json").is_file()):
+    """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
+    one is read without writing anything (a read-only data.root works); a damaged one is prepared again. A user
+    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
+    folder, why = data.dataset_dir, unusable(data)
+    if why is None:
+        return folder
+    with writing(data, why), locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
+        why = unusable(data)  # another process may have prepared it while this one waited
+        if why is None:
             return folder
         for stale in folder.parent.glob(f".{folder.name}.*"):  # what a killed preparer left
             shutil.rmtree(stale, ignore_errors=True)
         if folder.exists():
-            log.warning("%s is incomplete, or its tokenizer is gone: preparing it again", folder)
+            log.warning("%s %s: preparing it again", folder, why)
             shutil.rmtree(folder)
+        if "tokenizer.json" in why:  # trained again (build_tokenizer reuses one that is there)
+            (data.tokenizer_dir / "tokenizer.json").unlink(missing_ok=True)
         try:
             write(data)
         except shards.NotText as err:
-            fix = "convert it to UTF-8 (iconv -t UTF-8) or leave it out of data.files"
+            fix = err.fix or "convert it to UTF-8 (iconv -t UTF-8) or leave it out of data.files"
             raise ConfigError("data.files", err.path, f"{err.reason} at byte {err.offset}; {fix}") from None
     return folder
 
@@ -103,10 +142,11 @@ def write(data) -> None:
         }
         data.check_windows(meta)  # before the rename: a corpus too short for this length leaves nothing
         (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        whole.stamp(staging, meta)  # the digests were just computed: no first run reads the shards again
         try:
             os.rename(staging, folder)
         except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
-            if not shards.is_prepared(folder):
+            if whole.damage(folder) is not None:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -158,9 +198,13 @@ def run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwa
                 results[task.index] = call(task)[1:]
                 bar.update(task.size)
             return results
-        # fork: the workers need nothing imported again (spawn would import Lightning in each)
+        # fork: the workers need nothing imported again (spawn would import Lightning in each). The signals are
+        # this process's to act on: a worker started calm leaves them to it, and ends silently with the pool
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(min(workers, len(tasks))) as pool:
+        with CalmStart() as started:
+            pool = multiprocessing.get_context(method).Pool(min(workers, len(tasks)), initializer=calm_worker)
+        with pool:
+            started.check()  # a signal while the workers started: now, with the pool there to be ended
             for index, *result in pool.imap_unordered(call, tasks):
                 results[index] = result
                 bar.update(tasks[index].size)
@@ -197,6 +241,14 @@ def corpus_of(node):
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command: prepare (below), and a signal at any moment ends it with one line and 128 + its number, as
+    train.py does (the tokenizing workers end with it, silently)."""
+    from harness.train.signals import run_guarded
+
+    run_guarded(lambda: prepare_command(argv))
+
+
+def prepare_command(argv: list[str] | None = None) -> None:
     """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data: a corpus
     without torch or Lightning; another source by its datamodule's prepare_data()."""
     from hydra import compose, initialize_config_dir
@@ -221,14 +273,6 @@ def main(argv: list[str] | None = None) -> None:
         else:
             data.prepare_data()
         folder = getattr(data, "dataset_dir", None)  # every built-in source has one; a fork's may not
-        if (
-            folder is not None
-            and shards.shard_meta(folder)
-            and not shards.is_prepared(folder, checksums=True)
-        ):
-            raise ConfigError(
-                "data.root", cfg.data.root, f"{folder} fails its checksums; delete it, run again"
-            )
     except ConfigError as err:
         die(str(err), err)
     print(folder or "prepared")

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.format import sha256_file
-
 FORMAT = "harness-corpus-1"
 BLOCK = 1 << 20  # bytes read (and tokenized) at a time: what bounds a worker's memory
 WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -34,12 +32,16 @@ TASK_BYTES = (256 << 10, 64 << 20)  # the least and most a worker's task (one sh
 
 
 class NotText(Exception):
-    """A file that is not UTF-8 (or, for .jsonl, not JSON records with the text field); args are the message
-    parts, so that it crosses a process pool intact."""
+    """A file that is not UTF-8 (or, for .jsonl, not JSON records with the text field), or that cannot be read;
+    `fix` what to do (None: the text's fix). Args are the message parts, so that it crosses a process pool intact."""
 
-    def __init__(self, path: str, offset: int, reason: str):
-        super().__init__(path, offset, reason)
-        self.path, self.offset, self.reason = path, offset, reason
+    def __init__(self, path: str, offset: int, reason: str, fix: str | None = None):
+        super().__init__(path, offset, reason, fix)
+        self.path, self.offset, self.reason, self.fix = path, offset, reason, fix
+
+
+#: what to do about a file of the corpus that cannot be read
+UNREADABLE = "make it readable (its permissions), or leave it out of data.files"
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,16 @@ def _decode(data: bytes, piece: Piece, offset: int) -> str:
 
 
 def read_texts(piece: Piece, text_field: str = "text"):
-    """Yield (text, ends a document) for `piece`, in order, about BLOCK bytes at a time. Raises NotText."""
+    """Yield (text, ends a document) for `piece`, in order, about BLOCK bytes at a time. Raises NotText, also for a
+    file that cannot be read (its permissions, a damaged .gz)."""
+    try:
+        yield from _texts(piece, text_field)
+    except (OSError, EOFError) as err:
+        reason = f"cannot be read ({getattr(err, 'strerror', None) or err})"
+        raise NotText(piece.path, piece.start, reason, UNREADABLE) from None
+
+
+def _texts(piece: Piece, text_field: str):
     with _open(piece) as stream:
         if piece.jsonl:
             yield from _records(stream, piece, text_field)
@@ -237,31 +248,6 @@ def encode_task(task: Task, spec: dict, text_field: str, folder: str, dtype: str
                 count += flush()
         count += flush()
     return task.index, count, digest.hexdigest()
-
-
-def shard_meta(folder: Path) -> dict | None:
-    """The prepared folder's meta.json, or None where there is none (or not a whole one)."""
-    try:
-        meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and meta.get("format") == FORMAT else None
-
-
-def is_prepared(folder: Path, checksums: bool = False) -> bool:
-    """True when `folder` holds meta.json and every shard it lists, at its length (and, with `checksums`, with
-    its sha256: reads every byte)."""
-    meta = shard_meta(folder)
-    if meta is None:
-        return False
-    itemsize = np.dtype(meta["dtype"]).itemsize
-    for shard in meta["shards"]:
-        path = Path(folder) / shard["file"]
-        if not path.is_file() or path.stat().st_size != shard["tokens"] * itemsize:
-            return False
-        if checksums and sha256_file(path) != shard["sha256"]:
-            return False
-    return True
 
 
 class TokenStore:

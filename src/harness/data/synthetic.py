@@ -83,6 +83,11 @@ class SyntheticDataModule(DiskDataModule):
                 size if size < 1 else val_size,
                 "a split needs at least 1 example",
             )
+        for key, tokens in (("data.alphabet", alphabet), ("data.labels", labels)):
+            if not isinstance(tokens, str) or not tokens:
+                raise ConfigError(
+                    key, repr(tokens), "must be a non-empty string of characters (try the default)"
+                )
         if set(alphabet) & set(labels) or len(set(alphabet + labels)) != len(alphabet + labels):
             raise ConfigError(
                 "data.labels", labels, "label tokens must be distinct from each other and from data.alphabet"

@@ -9,6 +9,7 @@ import hashlib
 from pathlib import Path
 
 from harness.data.dataset import DiskDataModule
+from harness.data.format import excerpt
 from harness.data.rules import held_out_fraction
 from harness.errors import ConfigError
 
@@ -59,10 +60,10 @@ class TextDataModule(DiskDataModule):
         unknown = sorted(set(self.text) - set(alphabet)) if alphabet is not None else []
         if unknown:
             raise ConfigError(
-                "data.path",
-                path,
-                f"holds characters outside data.alphabet: {''.join(unknown)!r}; "
-                "add them to data.alphabet or set data.alphabet=null to use the corpus's own",
+                "data.alphabet",
+                repr(alphabet),
+                f"the corpus ({path or 'the built-in one'}) holds characters outside it, "
+                f"{excerpt(''.join(unknown))}; add them, or set data.alphabet=null to use the corpus's own",
             )
         self.alphabet = alphabet if alphabet is not None else "".join(sorted(set(self.text)))
         chunks = len(self.text) // (length + 1)

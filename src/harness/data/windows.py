@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from harness.data import shards
+from harness.data import shards, whole
 from harness.data.corpus import Corpus, window_start
 from harness.data.dataset import DiskDataModule
 from harness.errors import ConfigError
@@ -68,12 +68,12 @@ class CorpusDataModule(DiskDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
             return
-        meta = shards.shard_meta(self.dataset_dir)
+        meta, wrong = whole.read_meta(self.dataset_dir)
         if meta is None:
             raise ConfigError(
                 "data.root",
                 str(self.root),
-                f"no prepared corpus at {self.dataset_dir}: call prepare_data() first",
+                f"no whole prepared corpus at {self.dataset_dir} ({wrong}): call prepare_data() first",
             )
         self.corpus.check_windows(meta)
         self.tokenizer = self.corpus.load_tokenizer(meta)

@@ -17,6 +17,9 @@ from harness.probes.position import input_grad_by_position, reach
 
 log = logging.getLogger(__name__)
 
+#: where a checkpoint keeps the profiles measured so far, so that a resumed run's "init" is the first run's
+STATE = "probes.grad_by_position"
+
 
 class GradByPosition(Probe):
     """`grad_by_position/reach` whenever it measures (every `every` steps, on the first `examples` training
@@ -37,7 +40,17 @@ class GradByPosition(Probe):
             )
             return
         self.batch = collate(self.run.data, "train", self.examples)
-        self.init = self.measure(trainer, pl_module)
+        if (
+            self.init is None
+        ):  # a resumed run kept the first run's, measured at its start (on_load_checkpoint)
+            self.init = self.measure(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint[STATE] = {"init": self.init, "profiles": [[k, v] for k, v in self.profiles.items()]}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        kept = checkpoint.get(STATE) or {}
+        self.init, self.profiles = kept.get("init"), {int(k): v for k, v in kept.get("profiles") or []}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step > 0 and self.due(trainer.global_step):

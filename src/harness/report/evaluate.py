@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.batches import first_rows, to_device, training_mode
 from harness.config import build
+from harness.errors import ConfigError
 from harness.ops.loss import Loss, loss_of
 from harness.report.verdict import Verdict
 from harness.train.checkpoints import find_checkpoint, load_checked
@@ -34,7 +35,17 @@ def trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
     if not saved.is_file():
         log.warning("no %s: evaluating with this run's model and data config", saved)
         return cfg
-    trained = OmegaConf.load(saved)
+    try:
+        trained = OmegaConf.load(saved)
+        if not isinstance(trained, DictConfig) or not isinstance(trained.get("model"), DictConfig):
+            raise TypeError("no model config in it")
+    except Exception as err:  # damaged YAML, not UTF-8, not a run's config
+        raise ConfigError(
+            "ckpt_path",
+            str(ckpt),
+            f"the config of the run that saved it, {saved}, cannot be read ({type(err).__name__}); restore it, "
+            "or copy the checkpoint out of its run dir to evaluate it with this command's model and data",
+        ) from None
     merged = cfg.copy()
     with open_dict(merged):
         for key in ("model", "data", "tokenizer", "loss"):
@@ -139,7 +150,7 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
     and a verdict."""
     started = time.perf_counter()
     torch.set_flush_denormal(bool(cfg.flush_denormal))
-    ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir))
+    ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir, cfg.paths.log_dir))
     cfg = trained_config(cfg, ckpt)
     data = build(cfg.data, "data")
     data.prepare_data()

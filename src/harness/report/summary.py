@@ -20,7 +20,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.report.verdict import Verdict
+from harness.report.verdict import Verdict, verdict_shape
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,17 @@ def _number(value) -> float | None:
         return None
 
 
-def _yaml(path: Path) -> DictConfig | None:
-    return OmegaConf.load(path) if path.is_file() else None
+def _yaml(path: Path) -> tuple[DictConfig | None, str]:
+    """The YAML file at `path` (None where there is none) and, when it cannot be read, why."""
+    if not path.is_file():
+        return None, ""
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as err:  # damaged YAML, not UTF-8, unreadable: the row says so, the others go on
+        return None, f"{path}: not readable YAML ({type(err).__name__})"
+    if not isinstance(loaded, DictConfig):
+        return None, f"{path}: holds a YAML list, not a config"
+    return loaded, ""
 
 
 def _select(cfg: DictConfig | None, key: str):
@@ -82,12 +91,15 @@ def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
     if not path.is_file():
         return []
     points = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            try:
-                points.append((int(r["step"]), float(r[column])))
-            except (KeyError, TypeError, ValueError):
-                continue
+    try:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                try:
+                    points.append((int(r["step"]), float(r[column])))
+                except (KeyError, TypeError, ValueError):
+                    continue
+    except (OSError, UnicodeDecodeError, csv.Error):  # a damaged file: the points read until then
+        pass
     return points
 
 
@@ -100,15 +112,25 @@ def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
             f"no verdict.json: the job has not finished, or stopped before writing one (see {job_dir.name}/train.log)",
         )
     try:
-        return Verdict.from_dict(json.loads(path.read_text())), ""
+        values = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return Verdict(), f"{path}: not valid JSON ({err})"
+    except OSError as err:
+        return Verdict(), f"{path}: cannot be read ({err.strerror or err})"
+    wrong = verdict_shape(values)
+    if wrong is not None:
+        return Verdict(), f"{path}: not a verdict ({wrong})"
+    return Verdict.from_dict(values), ""
 
 
 def read_job(job_dir: Path) -> Job:
     """Everything the summary knows about one job dir."""
-    cfg, hydra = _yaml(job_dir / ".hydra" / "config.yaml"), _yaml(job_dir / ".hydra" / "hydra.yaml")
+    (cfg, bad_cfg), (hydra, bad_hydra) = (
+        _yaml(job_dir / ".hydra/config.yaml"),
+        _yaml(job_dir / ".hydra/hydra.yaml"),
+    )
     verdict, unread = verdict_of(job_dir)
+    unread = "; ".join(why for why in (unread, bad_cfg, bad_hydra) if why)
     mode = _select(cfg, "mode.name") or verdict.mode
     n = (_select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
     row = {
@@ -132,7 +154,7 @@ def read_job(job_dir: Path) -> Job:
         "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
         "seconds": _number(verdict.seconds),
         "job": job_dir.name,
-        "error": verdict.error or unread,
+        "error": "; ".join(why for why in (verdict.error, unread) if why) or None,
     }
     grads = verdict.items.get("grad_by_position") or {}
     grads = {k: [_number(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
@@ -146,10 +168,9 @@ def _job_order(job_dir: Path) -> tuple:
     return (0, int(job_dir.name), "") if job_dir.name.isdigit() else (1, 0, job_dir.name)
 
 
-def collect(sweep_dir: Path) -> list[Job]:
-    """Every job dir of `sweep_dir` (a subdir holding `.hydra/` or `verdict.json`), grouped by model, then
-    sorted by length and n (a stable sort: ties keep the job order)."""
-    dirs = sorted(
+def collect_dirs(sweep_dir: Path) -> list[Path]:
+    """Every job dir of `sweep_dir` (a subdir holding `.hydra/` or `verdict.json`), in job order."""
+    return sorted(
         (
             d
             for d in Path(sweep_dir).iterdir()
@@ -159,7 +180,12 @@ def collect(sweep_dir: Path) -> list[Job]:
         ),
         key=_job_order,
     )
-    jobs = [read_job(d) for d in dirs]
+
+
+def collect(sweep_dir: Path) -> list[Job]:
+    """Every job dir of `sweep_dir` read, grouped by model, then sorted by length and n (a stable sort: ties keep
+    the job order)."""
+    jobs = [read_job(d) for d in collect_dirs(sweep_dir)]
     first = {}  # models in the order the sweep ran them (its own order: rnn, lstm, transformer), not by name
     for i, job in enumerate(jobs):
         first.setdefault(str(job.row["model"]), i)
@@ -259,8 +285,8 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from harness.train.signals import SweepStop
 
-        if "submitit" in str(config.hydra.launcher.get("_target_", "")):
-            return  # submitit's jobs are processes (or SLURM tasks) of their own, with submitit's handlers
+        if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            return  # the jobs are a cluster's: they go on without the process that submitted them
         self.stop = SweepStop(Path(config.hydra.sweep.dir))
         self.stop.install()
 
@@ -278,6 +304,7 @@ class SweepSummary(Callback):
         if signum is not None:
             log.warning("sweep stopped by a signal: the summary covers the jobs that finished")
             raise Interrupted(signum)
+        unreturned(config, sweep_dir)
 
     def summarize(self, sweep_dir: Path) -> None:
         jobs = collect(sweep_dir)
@@ -289,6 +316,25 @@ class SweepSummary(Callback):
             f" ({len(failed)} not PASS/DONE: jobs {', '.join(failed)})" if failed else "",
             written["md"],
         )
+
+
+def unreturned(config: DictConfig, sweep_dir: Path) -> None:
+    """A search (hydra/sweeper=optuna) none of whose jobs returned a number for optimized_metric ends in one line
+    (exit 2 when every job ran: the name is at fault; 1 when they failed), the summary written before."""
+    from harness.report.search import metric_value, searches
+
+    name = config.get("optimized_metric")
+    if not name or not searches(config.hydra.sweeper) or not sweep_dir.is_dir():
+        return
+    jobs = collect_dirs(sweep_dir)
+    if any(metric_value(verdict_of(d)[0].as_dict(), name, d) is not None for d in jobs):
+        return
+    statuses = [verdict_of(d)[0].status or "MISSING" for d in jobs]
+    ran = all(status in ("PASS", "FAIL", "DONE", "SYMPTOM") for status in statuses)
+    told = f"no trial returned it ({len(jobs)} trials: {', '.join(sorted(set(statuses)))}); see {sweep_dir / 'summary.md'}"
+    fix = "; name a number each job has, e.g. optimized_metric=val_loss" if ran else ""
+    print(f"error: optimized_metric={name}: {told}{fix}", file=sys.stderr)
+    sys.exit(2 if ran else 1)
 
 
 def main(argv: list[str]) -> int:

@@ -64,6 +64,53 @@ class Verdict:
         return write_verdict(run_dir, self.as_dict())
 
 
+#: the kinds each field of verdict.json may hold (besides null); a number may also be "nan" or "inf" as written
+KINDS = {
+    **dict.fromkeys(("n", "length", "seed", "steps", "signal"), (int,)),
+    **dict.fromkeys(
+        ("final_loss", "floor", "seconds", "accuracy", "p_correct", "val_loss", "preflight_seconds")
+        + ("eval_loss", "eval_accuracy", "train_accuracy", "reach_init", "reach_final"),
+        (int, float, str),
+    ),
+    **dict.fromkeys(
+        (
+            "status",
+            "mode",
+            "model",
+            "model_group",
+            "data",
+            "rule",
+            "run_dir",
+            "eval_gap",
+            "checkpoint",
+            "error",
+        ),
+        (str,),
+    ),
+    "checks": (list,),
+    "nonfinite": (dict,),
+    "symptoms": (list,),
+    "grad_by_position": (dict,),
+}
+
+
+def verdict_shape(values) -> str | None:
+    """What is wrong with the shape of a parsed verdict.json (not an object, a field of the wrong kind, a symptom
+    without a name), or None: what a reader such as the sweep summary may rely on."""
+    if not isinstance(values, dict):
+        return f"holds a JSON {type(values).__name__}, not an object"
+    for key, kinds in KINDS.items():
+        value = values.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            return f"{key} is {type(value).__name__} {str(value)[:40]!r}, not {' or '.join(k.__name__ for k in kinds)}"
+    if not all(isinstance(s, dict) and isinstance(s.get("name"), str) for s in values.get("symptoms") or []):
+        return "symptoms must be a list of objects with a name"
+    grads = values.get("grad_by_position") or {}
+    if not all(isinstance(v, list) for v in grads.values()):
+        return "grad_by_position must map init and final to lists of numbers"
+    return None
+
+
 def _plain(value):
     """JSON-safe: NaN and inf become strings rather than invalid JSON."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -5,31 +5,34 @@ generators, the train loader's position), saved at every checkpoint; the final w
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
+from harness.compat import validate_on_restart, validation_due
 from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
 
-def find_checkpoint(ckpt_path: str, run_dir: Path) -> str:
-    """`ckpt_path` itself, or for `last` the newest checkpoints/last.ckpt of an earlier run under the same
-    outputs folder as `run_dir` (outputs/runs/<date>/<time>)."""
+def find_checkpoint(ckpt_path: str, run_dir: Path, log_dir) -> str:
+    """`ckpt_path` itself, or for `last` the newest checkpoints/last.ckpt of an earlier run in the one place runs
+    are kept: `log_dir` (paths.log_dir)/runs/<date>/<time>. Said in one line when there is none."""
     from harness.errors import ConfigError
 
     if ckpt_path != "last":
         return ckpt_path
-    runs = run_dir.parent.parent
+    runs = Path(log_dir).absolute() / "runs"
     found = sorted(runs.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    found = [p for p in found if run_dir not in p.parents]
+    found = [p for p in found if Path(run_dir).absolute() not in p.absolute().parents]
     if not found:
         raise ConfigError(
             "ckpt_path",
             "last",
-            f"no earlier run under {runs} has checkpoints/last.ckpt; give a checkpoint's path",
+            f"no run under {runs} (paths.log_dir/runs/<date>/<time>, where ckpt_path=last looks) has "
+            "checkpoints/last.ckpt; give a checkpoint's path, or paths.log_dir where the runs are",
         )
     log.info("checkpoint: %s", found[-1])
     return str(found[-1])
@@ -62,7 +65,7 @@ def check_resume_mode(cfg, run_dir: Path) -> str | None:
 
     if cfg.ckpt_path is None or cfg.mode.name != "full":
         return None
-    found = find_checkpoint(cfg.ckpt_path, run_dir)
+    found = find_checkpoint(cfg.ckpt_path, run_dir, cfg.paths.log_dir)
     origin, mode = checkpoint_origin(found)
     if mode is not None and mode != cfg.mode.name and cfg.get("resume_any_mode", False) is not True:
         raise ConfigError(
@@ -91,17 +94,28 @@ def interrupted_here(run_dir: Path) -> str | None:
     return str(last) if status == "INTERRUPTED" else None
 
 
-def load_checked(ckpt_path: str, ours: dict, fix: str) -> dict:
-    """The checkpoint's state_dict, loaded weights-only (a checkpoint cannot run code), refused in one line
-    naming the first tensor whose name or shape differs from `ours` (a state_dict); `fix` ends the line."""
+def read_checkpoint(ckpt_path: str) -> dict:
+    """The checkpoint, loaded weights-only (a checkpoint cannot run code), refused in one line when it is not a
+    readable Lightning checkpoint."""
     from harness.errors import ConfigError
 
     try:
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        if not isinstance(checkpoint.get("state_dict"), dict):
+            raise TypeError("no state_dict")
     except Exception as err:
         raise ConfigError(
             "ckpt_path", ckpt_path, f"not a readable Lightning checkpoint ({type(err).__name__})"
         ) from None
+    return checkpoint
+
+
+def load_checked(ckpt_path: str, ours: dict, fix: str, checkpoint: dict | None = None) -> dict:
+    """The checkpoint's state_dict (read_checkpoint, unless given), refused in one line naming the first tensor
+    whose name or shape differs from `ours` (a state_dict); `fix` ends the line."""
+    from harness.errors import ConfigError
+
+    state = (checkpoint or read_checkpoint(ckpt_path))["state_dict"]
     for key in sorted(set(ours) | set(state)):
         if key not in ours or key not in state or ours[key].shape != state[key].shape:
             theirs = tuple(state[key].shape) if key in state else "missing"
@@ -112,6 +126,64 @@ def load_checked(ckpt_path: str, ours: dict, fix: str) -> dict:
                 f"belongs to another model shape: {key} is {theirs} there, {mine} here; {fix}",
             )
     return state
+
+
+def check_optimizer(ckpt_path: str, checkpoint: dict, optimizer, scheduler) -> None:
+    """Refuse, in one line, a checkpoint whose optimizer or schedule state is not the kind this run builds (an
+    AdamW state resumed with optim=sgd has no momentum: Lightning would fail inside its first step). The same
+    optimizer and schedule class with other values resumes: their values are the config's from then on."""
+    from harness.errors import ConfigError
+
+    saved = checkpoint.get("optimizer_states") or []
+    groups = [set(g) - {"params"} for g in (saved[0]["param_groups"] if saved else [])]
+    ours = [set(g) - {"params"} for g in optimizer.param_groups]
+    if len(groups) != len(ours) or any(mine - theirs for mine, theirs in zip(ours, groups, strict=False)):
+        raise ConfigError(
+            "ckpt_path",
+            ckpt_path,
+            f"was saved with another optimizer (its settings: {', '.join(sorted(set().union(*groups)))}), "
+            f"and {type(optimizer).__name__} needs {', '.join(sorted(set().union(*ours)))}; resume with the "
+            "optim it was trained with (its run's .hydra/config.yaml says which)",
+        )
+    schedules = checkpoint.get("lr_schedulers") or []
+    if len(schedules) != (scheduler is not None) or (
+        scheduler is not None and set(schedules[0]) != set(scheduler.state_dict())
+    ):
+        raise ConfigError(
+            "ckpt_path",
+            ckpt_path,
+            "was saved with another learning-rate schedule (or none, or one where this run has none); resume "
+            "with the schedule it was trained with (its run's .hydra/config.yaml says which)",
+        )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The checkpoint a run resumes from: its path, its global step, whether the validation due at that step is
+    still to run, and whether it was saved in this run's own dir (whose metrics.csv the run continues)."""
+
+    path: str
+    step: int
+    owed: bool
+    here: bool
+
+
+def resumption(ckpt_path: str | None, run_dir: Path, module, log_dir) -> Resumed | None:
+    """The checkpoint to resume from (`last` found under `log_dir`), loaded weights-only and checked against the
+    model's shapes and the optimizer and schedule `module` builds; None without one."""
+    if ckpt_path is None:
+        return None
+    path = find_checkpoint(ckpt_path, run_dir, log_dir)
+    checkpoint = read_checkpoint(path)
+    load_checked(path, module.state_dict(), "resume with the config it was trained with", checkpoint)
+    made = module.configure_optimizers()
+    if isinstance(made, dict):
+        check_optimizer(path, checkpoint, made["optimizer"], made["lr_scheduler"]["scheduler"])
+    else:
+        check_optimizer(path, checkpoint, made, None)
+    kept = checkpoint.get("harness") or {}
+    here = Path(run_dir).absolute() in Path(path).absolute().parents
+    return Resumed(path, int(checkpoint.get("global_step", 0)), bool(kept.get("validation_owed")), here)
 
 
 class FinalCheckpoint(pl.Callback):
@@ -130,17 +202,47 @@ class FinalCheckpoint(pl.Callback):
 
 
 class ResumeState(pl.Callback):
-    """Puts into every checkpoint what a bit-for-bit resume needs beyond Lightning's own state: the
-    random generators, and the train loader's position (see harness.data.sampler)."""
+    """Puts into every checkpoint what resuming needs beyond Lightning's own state: the random generators and the
+    train loader's position (see harness.data.sampler), so that it goes on bit for bit; the last step's loss and
+    learning rate and the latest validation's metrics, so that a run resumed at its last step ends with the same
+    verdict; and whether the validation due at the checkpoint's step is still to run (a checkpoint saved at a step's
+    end, or during that validation), so that the resumed run runs it rather than skipping it, as Lightning would."""
+
+    def __init__(self):
+        self.owed = False  # the validation due at this step's end has not ended yet
+        self.before_validation = None  # the random generators as the step ended, before the validation
+        self.validate_after_fit = False  # resumed at the last step with its validation owed: run after fit
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loader = trainer.train_dataloader
         if hasattr(loader, "trained"):
             loader.trained = (trainer.current_epoch, batch_idx + 1)
+        self.owed = validation_due(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.before_validation = rng_state() if self.owed else None
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.owed, self.before_validation = False, None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        checkpoint["rng"] = rng_state()
+        checkpoint["rng"] = self.before_validation or rng_state()
+        checkpoint["harness"] = {
+            "final_loss": pl_module.final_loss(),
+            "step_lr": pl_module.step_lr,
+            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+            "validation_owed": self.owed,
+        }
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if checkpoint.get("rng") is not None:
             set_rng_state(checkpoint["rng"])
+        kept = checkpoint.get("harness") or {}
+        if kept.get("final_loss") is not None:
+            pl_module.last_loss = torch.tensor(kept["final_loss"])
+        pl_module.step_lr, pl_module.resumed_metrics = kept.get("step_lr"), kept.get("metrics") or {}
+        if kept.get("validation_owed"):
+            if checkpoint["global_step"] < trainer.max_steps:
+                validate_on_restart(checkpoint)
+            else:  # Lightning does nothing at all when resumed at max_steps
+                self.validate_after_fit = True

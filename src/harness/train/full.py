@@ -36,7 +36,8 @@ class Full:
         ]
 
     def judge(self, verdict, trainer: pl.Trainer, module, checkpoints: Path) -> None:
-        metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
+        # a run resumed at its last step validated before it was stopped: its checkpoint kept the metrics
+        metrics = {**module.resumed_metrics, **{k: v.item() for k, v in trainer.callback_metrics.items()}}
         verdict.status = "DONE"
         verdict.final_loss = module.final_loss()
         verdict.val_loss = metrics.get("val/loss")

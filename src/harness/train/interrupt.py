@@ -57,6 +57,25 @@ class StopOnSignal(SignalGate, pl.Callback):
         self.phase, self.deferring = "training", True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.stop_if_signalled(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self.phase == "training":
+            self.phase = "validation"
+
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        # a validation pass inside training may be long: a signal stops it at the next batch, with the step's
+        # checkpoint (harness.train.checkpoints.ResumeState: the resumed run runs this validation again)
+        if self.phase == "validation":
+            self.stop_if_signalled(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.phase == "validation":
+            self.phase = "training"
+
+    def stop_if_signalled(self, trainer) -> None:
         signum = self.received
         if trainer.world_size > 1:  # every rank stops at the same step, or one waits in an all-reduce forever
             if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):

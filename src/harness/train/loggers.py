@@ -33,12 +33,22 @@ TRACKERS = ("csv", "tensorboard", "wandb", "mlflow")
 HP_METRICS = ("train/loss", "val/loss")
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, resumed: bool = False) -> list[Logger]:
-    """CSV into `run_dir/metrics.csv` (`resumed`: appended to), then a tracker for each entry of `cfg.logger`
-    (the `logger` config group), each given the composed config as hyperparameters and `cfg.tags`."""
+def build_loggers(cfg: DictConfig, run_dir: Path, resumed=None) -> list[Logger]:
+    """CSV into `run_dir/metrics.csv`, then a tracker for each entry of `cfg.logger` (the `logger` config group),
+    each given the composed config as hyperparameters and `cfg.tags`. `resumed` (a
+    harness.train.checkpoints.Resumed, or None): metrics.csv is appended to, less the rows of the steps the run
+    does again when it resumes from a checkpoint of its own dir."""
+    redo = (resumed.step, resumed.owed) if resumed is not None and resumed.here else None
     # flushed at every logged step: a run that dies midway leaves everything logged until then
     loggers: list[Logger] = [
-        MetricsCSV(save_dir=run_dir, name="", version="", flush_logs_every_n_steps=1, keep=resumed)
+        MetricsCSV(
+            save_dir=run_dir,
+            name="",
+            version="",
+            flush_logs_every_n_steps=1,
+            keep=bool(resumed),
+            redo=redo,
+        )
     ]
     tags = [str(tag) for tag in cfg.get("tags") or []]
     for name, node in (cfg.get("logger") or {}).items():
@@ -181,8 +191,9 @@ class MetricsWriter(ExperimentWriter):
     killed run keeps every row saved). Floats are written with 9 significant digits, which give back every
     float32 exactly (what metrics are computed in), cheaper than Python's 17."""
 
-    def __init__(self, log_dir: str, keep: bool = False):
-        """`keep`: a resumed run appends to the metrics.csv already in `log_dir` (Lightning would delete it)."""
+    def __init__(self, log_dir: str, keep: bool = False, redo: tuple[int, bool] | None = None):
+        """`keep`: a resumed run appends to the metrics.csv already in `log_dir` (Lightning would delete it);
+        `redo` (step, validation owed): the rows of the steps it does again are dropped first (drop_redone)."""
         path = Path(log_dir) / self.NAME_METRICS_FILE
         aside = path.with_name(path.name + ".resumed")
         if keep and path.is_file():
@@ -191,6 +202,8 @@ class MetricsWriter(ExperimentWriter):
         self.column: dict[str, int] = {}  # key -> its column in the current header
         self.file = None
         if aside.is_file():
+            if redo is not None:
+                drop_redone(aside, *redo)
             os.replace(aside, path)
             with open(path, newline="") as f:
                 self.metrics_keys = next(csv.reader(f), [])
@@ -239,20 +252,45 @@ class MetricsWriter(ExperimentWriter):
             self.file = None
 
 
+def drop_redone(path: Path, step: int, owed: bool) -> None:
+    """metrics.csv less the rows a run resumed from its checkpoint at global step `step` logs again: every row of
+    step `step` or later (the steps after the checkpoint, each row's step being the one it was logged at), and
+    with the validation at the checkpoint's step `owed` (run again when resumed), that validation's row (logged at
+    step - 1). A row cut short by a hard kill goes too: what is left is the uninterrupted run's file so far."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header, kept = rows[:1], []
+    where = header[0].index("step") if header and "step" in header[0] else None
+    validation = [i for i, key in enumerate(header[0] if header else []) if key.startswith("val/")]
+    for row in rows[1:]:
+        try:
+            logged = int(row[where])
+        except (TypeError, IndexError, ValueError):  # no step column, or a line cut short
+            continue
+        if len(row) != len(header[0]) or logged >= step:
+            continue
+        if owed and logged == step - 1 and any(row[i] for i in validation):
+            continue
+        kept.append(row)
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(header + kept)
+
+
 class MetricsCSV(CSVLogger):
     """Lightning's CSVLogger writing through MetricsWriter (metrics.csv and hparams.yaml in the run dir);
-    `keep`: a resumed run's rows are appended to those already there."""
+    `keep`: a resumed run's rows are appended to those already there, less those of the steps it does again
+    (`redo`: the checkpoint's step and whether its validation is owed)."""
 
-    def __init__(self, *args, keep: bool = False, **kwargs):
+    def __init__(self, *args, keep: bool = False, redo: tuple[int, bool] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.keep = keep
+        self.keep, self.redo = keep, redo
 
     @property
     @rank_zero_experiment  # other DDP ranks write nothing
     def experiment(self) -> MetricsWriter:
         if self._experiment is None:
             os.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = MetricsWriter(log_dir=self.log_dir, keep=self.keep)
+            self._experiment = MetricsWriter(log_dir=self.log_dir, keep=self.keep, redo=self.redo)
         return self._experiment
 
     def finalize(self, status: str) -> None:

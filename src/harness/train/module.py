@@ -12,7 +12,7 @@ from torch import nn
 
 from harness.compat import lightning_logs_now
 from harness.ops.loss import CrossEntropy, Loss
-from harness.train.optim import adamw, parameter_groups
+from harness.train.optim import adamw, optimizer_and_schedule
 
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -77,6 +77,7 @@ class HarnessModule(pl.LightningModule):
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
         self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
         self.step_lr: float | None = None  # the learning rate the latest training step used
+        self.resumed_metrics: dict = {}  # the latest validation's metrics, as the checkpoint resumed from kept them
         self.loss = loss or CrossEntropy()
         # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
         # kept out of the module tree (no `_orig_mod.` keys in state_dict and checkpoints), and everything else
@@ -142,8 +143,9 @@ class HarnessModule(pl.LightningModule):
         )
 
     def configure_optimizers(self):
-        optimizer = self.optimizer(parameter_groups(self.model))
-        if self.schedule is None:
+        optimizer, scheduler = optimizer_and_schedule(
+            self.optimizer, self.schedule, self.model, self.total_steps
+        )
+        if scheduler is None:
             return optimizer
-        scheduler = self.schedule(optimizer, total_steps=self.total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

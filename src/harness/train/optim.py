@@ -34,6 +34,15 @@ def parameter_groups(model: nn.Module) -> list[dict]:
     return [{"params": decay}, {"params": keep, "weight_decay": 0.0}]
 
 
+def optimizer_and_schedule(
+    optimizer: Callable, schedule: Callable | None, model: nn.Module, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
+    """The `optim` config's optimizer over `model`'s parameter groups, and the `schedule` config's scheduler on it
+    (None without one): how the run builds them, and how the door tries them (harness.config.trial)."""
+    made = optimizer(parameter_groups(model))
+    return made, None if schedule is None else schedule(made, total_steps=total_steps)
+
+
 def adamw(lr: float = 3e-3, **kwargs) -> Callable:
     """The optimizer a LightningModule gets when no `optim` config is given (benches, tests)."""
     return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **kwargs)

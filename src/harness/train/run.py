@@ -27,13 +27,7 @@ from harness.report.symptoms import judge as judge_symptoms
 from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
 from harness.seeding import seed_all
-from harness.train.checkpoints import (
-    ResumeState,
-    check_resume_mode,
-    find_checkpoint,
-    interrupted_here,
-    load_checked,
-)
+from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
 from harness.train.devices import check_devices, global_rank, started_by_lightning
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
@@ -52,16 +46,6 @@ def exit_code(verdict: dict) -> int:
     if verdict["status"] == "INTERRUPTED":
         return 128 + verdict["signal"]
     return EXIT_CODES.get(verdict["status"], 1)
-
-
-def resume_from(ckpt_path: str | None, run_dir: Path, module: HarnessModule) -> str | None:
-    """The checkpoint to resume from, checked against the model: `last` is the newest last.ckpt of an
-    earlier run under the same outputs folder. Loaded weights-only: a checkpoint cannot run code."""
-    if ckpt_path is None:
-        return None
-    ckpt_path = find_checkpoint(ckpt_path, run_dir)
-    load_checked(ckpt_path, module.state_dict(), "resume with the config it was trained with")
-    return ckpt_path
 
 
 def open_job(cfg: DictConfig, checked: bool = False) -> Path:
@@ -154,11 +138,12 @@ def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdic
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
     if ckpt_path is not None and cfg.ckpt_path is None:
         log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
+    resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)  # checked against the model and optim
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
-    loggers = build_loggers(cfg, run_dir, resumed=ckpt_path is not None)
+    loggers = build_loggers(cfg, run_dir, resumed=resumed)
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
     interrupt.phase = "the start of training"
-    stopped = fit(trainer, module, data, resume_from(ckpt_path, run_dir, module), loggers)
+    stopped = fit(trainer, module, data, resumed and resumed.path, loggers)
 
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
@@ -191,6 +176,7 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
     data = mode.data(build(cfg.data, "data"))
     data.prepare_data()
     data.setup("fit")
+    check_splits(data, cfg.data.get("_target_"))
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     module = HarnessModule(
         model,
@@ -201,6 +187,21 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
         compile=cfg.compile,
     )
     return data, module
+
+
+def check_splits(data, target) -> None:
+    """A split that holds no example is bad input (exit 2) whatever the source, not a preflight FAIL or a run
+    without validation: the source's own splits are read (overfit mode's one batch is made from them)."""
+    source = getattr(data, "base", data)
+    for split, name in (("train", "training"), ("val", "validation")):
+        try:
+            empty = len(getattr(source, f"{split}_dataset")) == 0
+        except (AttributeError, TypeError):  # no such split, or a stream of no known length
+            continue
+        if empty:
+            raise ConfigError(
+                "data", target, f"the {name} split holds no examples; give the source at least one"
+            )
 
 
 def start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
@@ -237,12 +238,28 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
     outcome, stopped = "failed", None
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        if any(getattr(c, "validate_after_fit", False) for c in trainer.callbacks):
+            end_as_it_would_have(trainer, module, data)  # resumed at the last step, before its validation
         outcome = "success"
     except (NonFinite, Interrupted) as err:
         stopped = err
     finally:
         finish_loggers(loggers, outcome)
     return stopped
+
+
+def end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
+    """A run resumed from its last step's checkpoint, saved before that step's validation, gets nothing at all from
+    Lightning (its steps are done). What the run it resumes did after that checkpoint runs here: the validation,
+    then the harness's and the fork's callbacks' start and end of training (the probes' final measures, rows and
+    plots; Lightning's own callbacks have nothing left to do)."""
+    trainer.validate(module, datamodule=data, verbose=False)
+    own = [
+        c for c in trainer.callbacks if not type(c).__module__.startswith(("pytorch_lightning", "lightning"))
+    ]
+    for hook in ("on_train_start", "on_train_end"):
+        for callback in own:
+            getattr(callback, hook)(trainer, module)
 
 
 def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:

@@ -103,6 +103,76 @@ def ignore_from_now() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
+def run_guarded(work) -> None:
+    """Run `work()` as a command's whole: a signal at any moment (the first handler is installed before anything
+    else) ends the process with one line and 128 + its number, never a traceback; from the end on, a signal
+    ends it at once (leave_at_once). Interrupted raised inside a C extension's import (numpy's, torch's) comes back
+    as another exception: the gate's record says it was the signal."""
+    import atexit
+
+    gate = SignalGate()
+    gate.install()
+    atexit.register(ignore_from_now)  # the first registered, the last run
+    try:
+        work()
+    except Interrupted as stop:
+        print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        sys.exit(128 + stop.signum)
+    except Exception:
+        if gate.received is None:
+            raise
+        print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
+        sys.exit(128 + gate.received)
+    finally:
+        leave_at_once()
+
+
+class CalmStart:
+    """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
+    blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own; and this
+    process's gate only notes one meanwhile (its handler may run inside fork's own hooks, which swallow what it
+    raises), `check()` raising it once the pool exists to be ended."""
+
+    def __enter__(self) -> CalmStart:
+        self.gate = gate_of(signal.getsignal(signal.SIGTERM))
+        self.before = self.gate.received if self.gate else None
+        self.holding = self.gate.holding if self.gate else False
+        if self.gate is not None:
+            self.gate.holding = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+        if self.gate is not None:
+            self.gate.holding = self.holding
+
+    def check(self) -> None:
+        """Raise Interrupted for a signal that came while the workers started, as the gate would have."""
+        gate = self.gate
+        if gate is None or gate.received is None or gate.received == self.before:
+            return
+        if not (gate.holding or gate.deferring):
+            raise Interrupted(gate.received)
+
+
+def calm_worker() -> None:
+    """A pool worker's initializer (started inside CalmStart): the signals are for the process that
+    started it, which ends the pool; the pool ends a worker with SIGTERM, which then ends it at once and silently
+    (the default action), rather than through the run's own handler it inherited (a "SIGTERM received" line and
+    a traceback, as if the user had sent it). Ctrl-C, which a terminal sends to every process, is ignored here."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+def received() -> int | None:
+    """The signal the gate now handling SIGTERM has received, or None (none yet, or no gate): for code that turns
+    errors into a line, which a signal landing inside a library can look like."""
+    gate = gate_of(signal.getsignal(signal.SIGTERM))
+    return None if gate is None else gate.received
+
+
 def gate_of(handler) -> SignalGate | None:
     """The SignalGate whose handler `handler` is, else None."""
     owner = getattr(handler, "__self__", None)
@@ -143,32 +213,44 @@ def stopped(sweep_dir: Path) -> int | None:
         return None
 
 
-def loky_workers(pid: int) -> list[int]:
-    """The joblib (loky) worker processes among `pid`'s children (hydra/launcher=parallel), read from /proc;
-    loky's resource tracker, which ignores these signals anyway, is left out."""
-    children: list[int] = []
+def children(pid: int) -> dict[int, bytes]:
+    """`pid`'s child processes and their command lines, read from /proc (none where /proc is not)."""
+    found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
-            children += [int(c) for c in task.read_text().split()]
+            found += [int(c) for c in task.read_text().split()]
         except OSError:  # the thread ended meanwhile
             continue
-    workers = []
-    for child in children:
+    commands = {}
+    for child in found:
         try:
-            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            commands[child] = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:  # it ended meanwhile
             continue
-        if b"loky" in command and b"resource_tracker" not in command:
-            workers.append(child)
-    return workers
+    return commands
+
+
+def loky_workers(pid: int) -> list[int]:
+    """The joblib (loky) worker processes among `pid`'s children (hydra/launcher=parallel); loky's resource
+    tracker, which ignores these signals anyway, is left out."""
+    return [c for c, cmd in children(pid).items() if b"loky" in cmd and b"resource_tracker" not in cmd]
+
+
+def submitit_jobs(pid: int) -> list[int]:
+    """The submitit controllers among `pid`'s children (hydra/launcher=local): one a job, each passing SIGTERM on
+    to its job's process."""
+    return [c for c, cmd in children(pid).items() if b"submitit.local._local" in cmd]
 
 
 class SweepStop(SignalGate):
     """The launching process of a sweep (installed by harness.report.summary.SweepSummary when the multirun starts): a
-    signal marks the sweep dir stopped and is passed on to the joblib workers, whose running jobs stop (each with
-    its INTERRUPTED verdict) and whose queued jobs do not start; the launcher then returns, the summary is written
-    for what finished and the process exits 128 + the signal. A basic-launcher job runs in this process under its
-    own handler. It never raises: raising inside joblib would kill the workers before they write a verdict."""
+    signal marks the sweep dir stopped and is passed on to the jobs running in other processes, whose running jobs
+    stop (each with its INTERRUPTED verdict) and whose queued jobs do not start; the launcher then returns, the
+    summary is written for what finished and the process exits 128 + the signal. joblib's workers get the signal
+    itself; submitit's controllers (hydra/launcher=local) get SIGTERM, the one they pass on to their job (a job still
+    starting up, under submitit's own handlers, ignores it and then sees the mark: not started). A basic-launcher
+    job runs in this process under its own handler. It never raises: raising inside a launcher would leave its
+    jobs running, or kill them before they write a verdict."""
 
     def __init__(self, sweep_dir: Path):
         super().__init__(holding=True)
@@ -180,15 +262,17 @@ class SweepStop(SignalGate):
 
     def noticed(self, signum: int, repeat: bool) -> None:
         mark_stopped(self.sweep_dir, self.received)
-        workers = loky_workers(os.getpid())
-        for pid in workers:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                continue
+        passed = []
+        for pids, sent in ((loky_workers(os.getpid()), signum), (submitit_jobs(os.getpid()), signal.SIGTERM)):
+            for pid in pids:
+                try:
+                    os.kill(pid, sent)
+                except ProcessLookupError:
+                    continue
+                passed.append(pid)
         log.warning(
             "%s received%s: stopping the sweep%s",
             signal.Signals(signum).name,
             " again" if repeat else "",
-            f" (passed on to workers {', '.join(map(str, workers))})" if workers else "",
+            f" (passed on to {', '.join(map(str, passed))})" if passed else "",
         )

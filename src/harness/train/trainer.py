@@ -4,7 +4,6 @@ harness.train.rules.OWNED, which also refuses those keys under trainer.), then e
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -12,34 +11,54 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import build
+from harness.config.build import refused
 from harness.errors import ConfigError
 from harness.train.rules import owned
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> pl.Trainer:
-    """The Lightning Trainer: what the harness sets from its own keys (harness.train.rules.OWNED), then every
-    trainer.NAME as given, a value with a _target_ built (e.g. a profiler)."""
-    harness_sets = owned(cfg, run_dir, callbacks, loggers)
-    given = {"num_sanity_val_steps": 0}  # harness's default, which trainer.num_sanity_val_steps may change
-    for key, value in cfg.trainer.items():
+def given_arguments(trainer: DictConfig) -> dict:
+    """The Trainer arguments `trainer` (the config's trainer node) gives, a value with a _target_ built (e.g. a
+    profiler), after harness's default of num_sanity_val_steps, which the node may change."""
+    given = {"num_sanity_val_steps": 0}
+    for key, value in trainer.items():
         if isinstance(value, DictConfig) and "_target_" in value:
             given[key] = build(value, f"trainer.{key}")
         else:
             given[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return given
+
+
+def build_trainer(
+    cfg: DictConfig,
+    run_dir: Path,
+    callbacks: list,
+    loggers: list,
+    base: DictConfig | None = None,
+    order: list[str] = (),
+) -> pl.Trainer:
+    """The Lightning Trainer: what the harness sets from its own keys (harness.train.rules.OWNED), then every
+    trainer.NAME as given. A value Lightning refuses is a ConfigError naming its key; `base` (the config file's
+    trainer node) and `order` (the trainer keys the command line set) let it be found by trying (the door)."""
+    harness_sets = owned(cfg, run_dir, callbacks, loggers)
     # no ModelSummary among the callbacks (callbacks.model_summary=null): none, rather than Lightning's own
-    given.setdefault("enable_model_summary", any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks))
+    summary = any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks)
+
+    def attempt(trainer: DictConfig) -> pl.Trainer:
+        arguments = given_arguments(trainer)
+        arguments.setdefault("enable_model_summary", summary)
+        return pl.Trainer(**harness_sets, **arguments)
+
     try:
-        return pl.Trainer(**harness_sets, **given)
-    except TypeError as err:
-        name = re.search(r"'(\w+)'", str(err))
-        key = name.group(1) if name else next((k for k in given if f"`{k}`" in str(err)), "?")
-        raise ConfigError(f"trainer.{key}", given.get(key, ""), f"Lightning refuses it ({err})") from None
+        return attempt(cfg.trainer)
+    except ConfigError:  # a value built from a _target_ (trainer.profiler) refused with its key
+        raise
     except MisconfigurationException as err:  # e.g. a ModelCheckpoint in callbacks in overfit mode
         named = [type(c).__name__ for c in callbacks if type(c).__name__ in str(err)]
-        key = next((k for k in given if k in str(err)), None)
-        if named or not key:
+        if named:
             raise ConfigError("callbacks", ", ".join(named), f"Lightning refuses it: {err}") from None
-        raise ConfigError(f"trainer.{key}", given[key], f"Lightning refuses it: {err}") from None
+        raise refused(err, "trainer", cfg.trainer, base, order, attempt, what="Lightning") from None
+    except Exception as err:  # a value Lightning refuses: ValueError, TypeError, an accelerator not installed
+        raise refused(err, "trainer", cfg.trainer, base, order, attempt, what="Lightning") from None
 
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
