@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
+try:
+    from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
+except ImportError:  # the search extra is not installed: Hydra scans this package all the same, on every run
+    OptunaSweeper = None
 
 log = logging.getLogger(__name__)
 
@@ -16,14 +19,16 @@ log = logging.getLogger(__name__)
 NO_BEST = "No trials are completed yet"
 
 
-class OptunaSearch(OptunaSweeper):
-    """OptunaSweeper that leaves the ending to the summary when no trial completed (see the module docstring)."""
+if OptunaSweeper is not None:  # a search asked without the extra is refused at the door, in one line
 
-    def sweep(self, arguments: list[str]) -> None:
-        try:
-            return super().sweep(arguments)
-        except ValueError as err:
-            if NO_BEST not in str(err):
-                raise
-            log.warning("no trial returned a number: no best trial, no optimization_results.yaml")
-            return None
+    class OptunaSearch(OptunaSweeper):
+        """OptunaSweeper that leaves the ending to the summary when no trial completed (see the module docstring)."""
+
+        def sweep(self, arguments: list[str]) -> None:
+            try:
+                return super().sweep(arguments)
+            except ValueError as err:
+                if NO_BEST not in str(err):
+                    raise
+                log.warning("no trial returned a number: no best trial, no optimization_results.yaml")
+                return None
