@@ -20,13 +20,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from hydra.types import RunMode
 
     from harness.compat import hydra_args_parser
-    from harness.config import validate
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.extras import check_plugins
-    from harness.config.rules import check_types
     from harness.config.trial import as_a_job
-    from harness.report.search import check_sweeper, search_class
-    from harness.train.devices import check_launch, on_cluster
+    from harness.report.search import search_class
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
@@ -52,27 +49,43 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         except ConfigError as err:
             die(str(err), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
-        jobs = []
-        for variant in variants:
-            try:
-                cfg = compose(config_name="train", overrides=searchpath + variant)
-            except Exception as err:
-                die(explain(err, variant, base_of(variant, searchpath)), err)
-            base, given = base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
-            try:  # the devices are held against this machine unless a cluster runs the job elsewhere
-                check_types(cfg, base, given)
-                validate(cfg, devices=not on_cluster(launcher))
-                check_launch(cfg, launcher, multirun=multirun)  # DDP ranks that would never meet
-                check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
-            except ConfigError as err:
-                die(str(err), err)
-            jobs.append((cfg, base, given))
+        jobs = checked_jobs(variants, searchpath, hydra_cfg, multirun)
+        cfg = jobs[-1][0]
         check_folders(cfg, hydra_cfg, multirun)
         # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
         launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
         with as_a_job(first):
             try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
     return search_class(hydra_cfg.sweeper, multirun)
+
+
+def checked_jobs(variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool) -> list[tuple]:
+    """Each job's config composed and validated, as (config, the config files' own, the keys given); the first
+    mistake exits in one line. Inside initialize_config_dir."""
+    from hydra import compose
+
+    from harness.config import validate
+    from harness.config.explain import base_of, explain
+    from harness.config.rules import check_types
+    from harness.report.search import check_sweeper
+    from harness.train.devices import check_launch, on_cluster
+
+    jobs = []
+    for variant in variants:
+        try:
+            cfg = compose(config_name="train", overrides=searchpath + variant)
+        except Exception as err:
+            die(explain(err, variant, base_of(variant, searchpath)), err)
+        base, given = base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
+        try:  # the devices are held against this machine unless a cluster runs the job elsewhere
+            check_types(cfg, base, given)
+            validate(cfg, devices=not on_cluster(hydra_cfg.launcher))
+            check_launch(cfg, hydra_cfg.launcher, multirun=multirun)  # DDP ranks that would never meet
+            check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
+        except ConfigError as err:
+            die(str(err), err)
+        jobs.append((cfg, base, given))
+    return jobs
 
 
 def hydra_base(overrides: list[str], searchpath: list[str]):

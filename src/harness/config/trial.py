@@ -227,16 +227,27 @@ def trial(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool = T
     from harness.compat import import_lightning
 
     import_lightning()  # first imported here, it would set its own loggers' levels inside quiet()
+    import torch
 
-    with quiet():
-        if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
-            built("data", cfg.data, base.get("data"), under("data", given), lambda node: build(node, "data"))
-        if cfg.get("optim") is not None and "max_steps" in cfg.mode:
-            optimizer_and_schedule(cfg, base, given)
-            if cfg.get("model") is not None:
-                model_loss_probes(cfg, base, given)
-        if cfg.get("trainer") is not None:
-            trainer(cfg, base, given, devices)
+    threads = torch.get_num_threads()  # tiny throwaway tensors: a pool of threads started here spins on
+    torch.set_num_threads(1)
+    try:
+        with quiet():
+            trial_parts(cfg, base, given, devices)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
+    """trial()'s builds, part by part, in the order the run builds them."""
+    if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
+        built("data", cfg.data, base.get("data"), under("data", given), lambda node: build(node, "data"))
+    if cfg.get("optim") is not None and "max_steps" in cfg.mode:
+        optimizer_and_schedule(cfg, base, given)
+        if cfg.get("model") is not None:
+            model_loss_probes(cfg, base, given)
+    if cfg.get("trainer") is not None:
+        trainer(cfg, base, given, devices)
 
 
 def joblib_pool(node: DictConfig) -> None:
