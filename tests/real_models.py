@@ -396,6 +396,17 @@ class NoPositions1Layer(MiniGPT):
         super().__init__(vocab_size, **{**kwargs, "positions": "none", "layers": 1})
 
 
+class TrainOnlyPositions(MiniGPT):
+    """BUG: the position embedding is added only in training (`if self.training:`), a branch that runs only in
+    training: in eval mode the model is blind to where each token is, though every train-mode check passes."""
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(input_ids)
+        if self.training:
+            x = x + self.position_embedding(torch.arange(input_ids.shape[1], device=input_ids.device))
+        return self.drop(x)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # x-transformers: a third-party decoder behind the Model contract
 # ---------------------------------------------------------------------------------------------------------
