@@ -115,9 +115,7 @@ class Spans:
         self.stacks = candidate_stacks(model)
         self.spans = {child: Span() for children in self.stacks.values() for child in children}
         names = [n for n, _ in model.named_modules()]
-        self.parts = {
-            n: [c for c in self.spans if within(n, c)] for n in names
-        }  # the spans a call belongs to
+        self.parts = {n: [c for c in self.spans if within(n, c)] for n in names}  # the spans a call is in
         self.open: dict[str, Span] = {}
         self.running: list[str] = []  # the modules whose forward is running, outermost first
         self.handles = [
@@ -139,7 +137,8 @@ class Spans:
             for child in self.parts[name]:
                 span = self.spans[child]
                 if span.start is None and not span.closed and x is not None:
-                    span.start, self.open[child] = x, span
+                    # a copy: a block may add to its input in place (x += f(x))
+                    span.start, self.open[child] = x.detach().clone(), span
 
         return hook
 
