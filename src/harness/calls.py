@@ -50,9 +50,6 @@ class ModuleStack:
     def current(self) -> str | None:
         return self.names[-1] if self.names else None
 
-    def module(self, name: str) -> nn.Module:
-        return self.model.get_submodule(name)
-
     def __enter__(self) -> ModuleStack:
         def push(name: str):
             return lambda module, args: self.names.append(name)
