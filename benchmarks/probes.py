@@ -79,6 +79,9 @@ class RandomTokens(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_dataset, batch_size=self.batch_size, shuffle=True, drop_last=True)
 
+    def val_dataloader(self) -> DataLoader:  # never run (limit_val_batches=0): the datapoints probe collates by it
+        return DataLoader(self.val_dataset, batch_size=self.batch_size)
+
 
 class Gate(pl.Callback):
     """Parks the fit loop at the start of every batch, before the other callbacks' batch start (it comes

@@ -10,6 +10,7 @@ Axes: b batch, t time (positions), h heads, d per-head width, c channels (d_mode
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 from torch import nn
@@ -72,14 +73,17 @@ class CausalSelfAttention(nn.Module):
         """Attention weights [b, h, query, key]: a softmax over the keys."""
         return F.softmax(scores, dim=-1)
 
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """[b, h, query, key]: q . k / sqrt(d)"""
+        return (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]
         q, k, v = self.qkv(x).split(x.shape[-1], dim=2)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
         if self.rope:
             q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
+        scores = self.scores(q, k).masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
         weights = self.attn_dropout(self.normalize(scores))
         return self.resid_dropout(self.proj(self.merge_heads(weights @ v)))
 
@@ -223,10 +227,10 @@ def hf(vocab_size: int, arch: str, length: int, **kwargs) -> HFCausalLM:
     return HFCausalLM(vocab_size, arch=arch, max_len=length, **{**sizes, **kwargs})
 
 
-def gpt2_zeroed_c_proj(vocab_size: int, length: int) -> HFCausalLM:
+def gpt2_zeroed_c_proj(vocab_size: int, length: int, dropout: float = 0.0) -> HFCausalLM:
     """NOT a bug: GPT-2 whose every residual projection (attn.c_proj, mlp.c_proj), weight and bias, is zero,
     as zero-init / ReZero-style schemes start. Gradients reach the blocks' inner weights after one step."""
-    model = hf(vocab_size, "gpt2", length)
+    model = hf(vocab_size, "gpt2", length, dropout=dropout)
     with torch.no_grad():
         for block in model.lm.transformer.h:
             for proj in (block.attn.c_proj, block.mlp.c_proj):
@@ -269,6 +273,41 @@ class BatchRollInputs(HFCausalLM):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         mixed = (input_ids + input_ids.roll(1, dims=0)) % self.lm.config.vocab_size
         return super().forward(mixed)
+
+
+class HFLogOfSoftmax(HFCausalLM):
+    """BUG: a wrapper of a Hugging Face model that returns log(softmax(logits)) as its output: -inf once a
+    probability underflows."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.softmax(super().forward(input_ids), dim=-1))
+
+
+def attention_scaled_up(vocab_size: int, length: int, arch: str = "llama") -> HFCausalLM:
+    """BUG: a Hugging Face model (d_model 256, 4 heads of 64) whose attention modules scale their scores by
+    sqrt(head_dim) instead of 1/sqrt(head_dim) (`self.scaling = self.head_dim ** 0.5`, as an edited copy of
+    the attention class would)."""
+    model = hf(vocab_size, arch, length, d_model=256)
+    for module in model.modules():
+        if hasattr(module, "scaling") and hasattr(module, "head_dim"):
+            module.scaling = module.head_dim**0.5
+    return model
+
+
+def llama_layer_without_attention_residual(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+    """LlamaDecoderLayer.forward with `hidden_states = residual + hidden_states` after attention left out."""
+    hidden_states, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
+    residual = hidden_states
+    return residual + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+def llama_without_attention_residual(vocab_size: int, length: int) -> HFCausalLM:
+    """BUG: Llama whose decoder layers drop the attention's residual connection (an edited copy of
+    LlamaDecoderLayer.forward): each layer's output has lost its input."""
+    model = hf(vocab_size, "llama", length)
+    for layer in model.lm.model.layers:
+        layer.forward = types.MethodType(llama_layer_without_attention_residual, layer)
+    return model
 
 
 def frozen(model: nn.Module, name: str) -> nn.Module:
@@ -396,6 +435,60 @@ class NoPositions1Layer(MiniGPT):
         super().__init__(vocab_size, **{**kwargs, "positions": "none", "layers": 1})
 
 
+class TrainOnlyPositions(MiniGPT):
+    """BUG: the position embedding is added only in training (`if self.training:`), a branch that runs only in
+    training: in eval mode the model is blind to where each token is, though every train-mode check passes."""
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(input_ids)
+        if self.training:
+            x = x + self.position_embedding(torch.arange(input_ids.shape[1], device=input_ids.device))
+        return self.drop(x)
+
+
+class ScoresTimesSqrtD(CausalSelfAttention):
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return (q @ k.transpose(-2, -1)) * math.sqrt(self.head_dim)  # should be / math.sqrt(self.head_dim)
+
+
+class AttentionScaledUp(MiniGPT):
+    """BUG: the attention scores are multiplied by sqrt(head_dim) instead of divided: head_dim times too large.
+    At a usual head width (64) the softmax is saturated at init, nearly one-hot, and passes almost no gradient to
+    the queries and keys; the small overfit still passes."""
+
+    attention_class = ScoresTimesSqrtD
+
+
+class NoAttentionResidualBlock(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attention_branch(x)  # should be x = x + self.attention_branch(x)
+        return x + self.mlp_branch(x)
+
+
+class NoAttentionResidual(MiniGPT):
+    """BUG: the attention branch's residual connection is dropped (`x = attn(ln1(x))`): each block's output has
+    lost its input, and the stream restarts from attention's output at every layer."""
+
+    block_class = NoAttentionResidualBlock
+
+
+class LogOfSoftmax(MiniGPT):
+    """BUG: forward returns log-probabilities computed as log(softmax(logits)): the same as the logits under
+    cross entropy while every probability is representable, -inf (and NaN gradients) once one underflows."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.softmax(super().forward(input_ids), dim=-1).log()
+
+
+class HandMadeLogSoftmax(MiniGPT):
+    """BUG: forward returns logits - log(sum(exp(logits))), a log-sum-exp without its max subtracted: exp
+    overflows to inf once a logit passes ~88 (float32)."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(input_ids)
+        return logits - torch.log(torch.exp(logits).sum(dim=-1, keepdim=True))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # x-transformers: a third-party decoder behind the Model contract
 # ---------------------------------------------------------------------------------------------------------
@@ -403,25 +496,38 @@ class NoPositions1Layer(MiniGPT):
 
 class XDecoder(nn.Module):
     """x-transformers' TransformerWrapper(Decoder) as a fork would wrap it: its own init (not GPT-2's),
-    positions by option (`rotary`, `alibi` or `absolute`), `token_embedding` its token embedding."""
+    positions by option (`rotary`, `alibi` or `absolute`), `token_embedding` its token embedding. `dropout` sets
+    its embedding, attention and feed-forward dropout; `layers`, `heads` and `vectorize` take the built-in
+    transformer's keys, so `model=transformer model._target_=tests.real_models.XDecoder` works."""
 
     def __init__(
-        self, vocab_size: int, max_len: int = 64, positions: str = "rotary", d_model: int = 32, **kwargs
+        self,
+        vocab_size: int,
+        max_len: int = 64,
+        positions: str = "rotary",
+        d_model: int = 32,
+        layers: int = 2,
+        heads: int = 4,
+        dropout: float = 0.0,
+        vectorize: bool = True,
+        **kwargs,
     ):
         super().__init__()
         from x_transformers import Decoder, TransformerWrapper
 
+        rates = {"attn_dropout": dropout, "ff_dropout": dropout} if dropout else {}
         self.net = TransformerWrapper(
             num_tokens=vocab_size,
             max_seq_len=max_len,
             use_abs_pos_emb=positions == "absolute",
+            emb_dropout=dropout,
             attn_layers=Decoder(
                 dim=d_model,
-                depth=2,
-                heads=4,
+                depth=layers,
+                heads=heads,
                 rotary_pos_emb=positions == "rotary",
                 alibi_pos_bias=positions == "alibi",
-                **kwargs,
+                **{**rates, **kwargs},
             ),
         )
 
@@ -431,3 +537,20 @@ class XDecoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.net(input_ids)
+
+
+def branch_only(self, x: torch.Tensor, residual: torch.Tensor, **kwargs) -> torch.Tensor:
+    """x-transformers' Residual.forward with the residual left out: the branch's output alone."""
+    return x
+
+
+def x_decoder_without_residual(vocab_size: int, length: int) -> XDecoder:
+    """BUG: x-transformers' decoder whose Residual modules return the branch alone (an edited Residual.forward):
+    every sublayer's output has lost its input."""
+    from x_transformers.x_transformers import Residual
+
+    model = XDecoder(vocab_size, max_len=length)
+    for module in model.modules():
+        if isinstance(module, Residual):
+            module.forward = types.MethodType(branch_only, module)
+    return model

@@ -1,7 +1,12 @@
 """Models with a runtime illness, each one symptom's planted bug: they pass for working code, and train badly."""
 
+import types
+
 import torch
 from torch import nn
+from torch.nn import functional as F
+
+from harness.models import HFCausalLM
 
 
 class Stack(nn.Module):
@@ -81,3 +86,73 @@ class RecurringSpike(Stack):
             if self.calls in self.at:
                 return -30 * logits
         return logits
+
+
+# the same illnesses where the activation is a function called in forward: no activation module to hook
+
+
+class Layer(nn.Module):
+    """Linear, then `activation` (a function, such as torch.tanh or F.relu) called in forward."""
+
+    def __init__(self, d_model: int, activation):
+        super().__init__()
+        self.linear, self.activation = nn.Linear(d_model, d_model), activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(x))
+
+
+class FunctionalTanh(Stack):
+    """SaturatedTanh with its tanh called as a function in `net`'s forward: weights `scale` times too large."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, scale: float = 30.0, **_):
+        super().__init__(vocab_size, d_model, nn.Sequential())
+        self.net = Layer(d_model, torch.tanh)
+        with torch.no_grad():
+            self.net.linear.weight.mul_(scale)
+
+
+class FunctionalReLU(Stack):
+    """NegativeBiasReLU with its ReLU called as a function in `net`'s forward: every unit is zero, always."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, bias: float = -20.0, **_):
+        super().__init__(vocab_size, d_model, nn.Sequential())
+        self.net = Layer(d_model, F.relu)
+        nn.init.constant_(self.net.linear.bias, bias)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # a residual path keeps the head learning
+        x = self.token_embedding(input_ids)
+        return self.head(x + self.net(x))
+
+
+def gpt2_mlp_with_tanh(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    """GPT2MLP.forward with its activation module replaced by torch.tanh called in place."""
+    return self.dropout(self.c_proj(torch.tanh(self.c_fc(hidden_states))))
+
+
+class GPT2SaturatedTanh(HFCausalLM):
+    """GPT-2 whose MLPs call torch.tanh in their forward, their input weights (c_fc) initialized with std `std`
+    instead of 0.02: the tanh sits at -1 and 1."""
+
+    def __init__(self, vocab_size: int, std: float = 5.0, **kwargs):
+        super().__init__(vocab_size, **{**kwargs, "arch": "gpt2"})
+        for block in self.lm.transformer.h:
+            block.mlp.forward = types.MethodType(gpt2_mlp_with_tanh, block.mlp)
+            nn.init.normal_(block.mlp.c_fc.weight, std=std)
+
+
+def llama_mlp_with_relu(self, x: torch.Tensor) -> torch.Tensor:
+    """LlamaMLP.forward with its activation module replaced by F.relu called in place."""
+    return self.down_proj(F.relu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDeadReLU(HFCausalLM):
+    """Llama (MLP biases on) whose MLPs call F.relu on the gate in their forward, the gate's bias at `bias`:
+    every gate unit is zero, always."""
+
+    def __init__(self, vocab_size: int, bias: float = -20.0, **kwargs):
+        config = {**(kwargs.pop("config", None) or {}), "mlp_bias": True}
+        super().__init__(vocab_size, **{**kwargs, "arch": "llama", "config": config})
+        for layer in self.lm.model.layers:
+            layer.mlp.forward = types.MethodType(llama_mlp_with_relu, layer.mlp)
+            nn.init.constant_(layer.mlp.gate_proj.bias, bias)

@@ -45,6 +45,9 @@ CHECKS = {
     "global_rng",
     "finite",
     "input_dependence",
+    "residual",
+    "attention_scale",
+    "stable_log_probs",
     "twins",
 }
 

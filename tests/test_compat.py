@@ -24,6 +24,7 @@ PRIVATE = (
     "_should_check_val_fx",
     "_data_fetcher",
     "epoch_loop.val_loop.batch_progress",
+    "DisableTorchFunction",
 )
 
 
@@ -216,3 +217,22 @@ def torchmetrics_version() -> str:
     import importlib.metadata
 
     return importlib.metadata.version("torchmetrics")
+
+
+def test_torch_function_off_hides_calls_from_a_mode():
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.ones(3)
+    with Watch():
+        x.sum()
+        with compat.torch_function_off():
+            assert torch.relu(x).sum().item() == 3
+        x.abs()
+    assert seen == [torch.Tensor.sum, torch.Tensor.abs], seen

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.data.synthetic import generate
-from harness.train.overfit import achievable_floor
+from harness.train.overfit import achievable_floor, eval_gap
 from harness.train.run import run
 from tests.conftest import PROBES_OFF
 
@@ -130,3 +130,76 @@ def test_the_stopping_step_is_logged_even_between_logging_steps(make_config, tmp
     assert verdict["status"] == "PASS" and verdict["steps"] % 5, verdict  # stopped between logging steps
     assert int(rows[-1]["step"]) == verdict["steps"] - 1
     assert float(rows[-1]["train/loss"]) == pytest.approx(verdict["final_loss"]), rows[-1]
+
+
+# the eval-mode gap: what dropout explains is no warning; what it does not, and dropout far too high, are
+
+
+def test_eval_gap_leaves_what_usual_dropout_does_alone():
+    """Re-seeded dropout memorizes through one mask, so eval mode scores worse on any correct model with
+    dropout: train mode with dropout off scores as eval mode does, and a usual rate is no warning."""
+    train, evaluated = {"acc": 1.0, "loss": 0.015}, {"acc": 0.6, "loss": 0.68}
+    assert eval_gap(train, evaluated, plain=dict(evaluated), dropout=0.2) is None
+    assert eval_gap(train, evaluated, plain=dict(evaluated), dropout=0.3) is None
+    assert eval_gap(train, {"acc": 1.0, "loss": 0.9}, plain={"acc": 1.0, "loss": 0.9}, dropout=0.6) is None
+    too_high = eval_gap(train, evaluated, plain=dict(evaluated), dropout=0.6)
+    assert "dropout 0.6 is far above the usual" in too_high and "0.60" in too_high, too_high
+    other = eval_gap(train, evaluated, plain={"acc": 1.0, "loss": 0.02}, dropout=0.2)
+    assert "with every dropout off" in other and "self.training" in other and "1.00" in other, other
+
+
+@pytest.mark.slow  # ~10 s: a GPT-2 overfit run
+def test_a_correct_gpt2_with_dropout_0_2_memorizes_without_an_eval_gap(make_config):
+    """The case that used to warn: eval mode's loss is many times train mode's (dropout re-seeded), its
+    accuracy intact."""
+    verdict = run(
+        make_config(
+            "model=hf",
+            "model.arch=gpt2",
+            "model.dropout=0.2",
+            "model.d_model=32",
+            "n=2",
+            "data.length=16",
+            "preflight=false",
+            *PROBES_OFF,
+        )
+    )
+    assert verdict["status"] == "PASS" and verdict["eval_accuracy"] == 1.0, verdict
+    assert verdict["eval_loss"] > 3 * verdict["final_loss"], verdict  # what the old rule read as a failure
+    assert verdict["eval_gap"] is None, verdict["eval_gap"]
+
+
+@pytest.mark.slow  # ~5 s: an overfit run on text
+def test_a_branch_that_runs_only_in_training_is_the_eval_gap_named(make_config):
+    verdict = run(
+        make_config(
+            "model=transformer",
+            "model._target_=tests.real_models.TrainOnlyPositions",
+            "model.dropout=0.1",
+            "data=text",
+            "n=1",
+            "data.length=16",
+            "model.d_model=32",
+            "preflight=false",
+            *PROBES_OFF,
+        )
+    )
+    assert verdict["status"] == "PASS" and verdict["eval_accuracy"] < 0.9, verdict
+    assert "something other than dropout" in (verdict["eval_gap"] or ""), verdict["eval_gap"]
+
+
+def test_dropout_far_too_high_is_the_eval_gap_named(make_config):
+    verdict = run(
+        make_config(
+            "model=transformer",
+            "model._target_=tests.real_models.MiniGPT",
+            "model.dropout=0.6",
+            "n=2",
+            "data.length=16",
+            "model.d_model=32",
+            "preflight=false",
+            *PROBES_OFF,
+        )
+    )
+    assert verdict["status"] == "PASS" and verdict["eval_accuracy"] <= 0.5, verdict
+    assert "dropout 0.6 is far above" in (verdict["eval_gap"] or ""), verdict["eval_gap"]

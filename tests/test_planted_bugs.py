@@ -65,9 +65,12 @@ class TinyLM(nn.Module):
 
     def attend(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = rearrange(self.qkv(x), "b time (three d) -> three b time d", three=3)
-        scores = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(self.d_model)
+        scores = self.scaled(torch.einsum("btd,bsd->bts", q, k))
         scores = scores.masked_fill(~self.allowed(x.shape[1]).to(x.device), float("-inf"))
         return torch.einsum("bts,bsd->btd", scores.softmax(dim=-1), v)
+
+    def scaled(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores / math.sqrt(self.d_model)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -81,6 +84,20 @@ class TinyLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.readout(self.mix(self.embed(input_ids)))
+
+
+class ScoresScaledUp(TinyLM):
+    """BUG: the attention scores are multiplied by sqrt(d) instead of divided: the softmax starts saturated."""
+
+    def scaled(self, scores):
+        return scores * math.sqrt(self.d_model)
+
+
+class LogOfSoftmax(TinyLM):
+    """BUG: forward returns log(softmax(logits)), which is -inf wherever a probability underflows."""
+
+    def readout(self, x):
+        return super().readout(x).softmax(dim=-1).log()
 
 
 class DetachedLayer(TinyLM):
@@ -356,6 +373,20 @@ MODEL_BUGS = [
         ["forward changes head.weight in place"],
         ["private"],
         id="weight-changed-in-forward",
+    ),
+    pytest.param(
+        ScoresScaledUp,
+        checks.attention_scale,
+        ["nearly one-hot at initialization in forward", "sqrt(head_dim)"],
+        [],
+        id="attention-scores-times-sqrt-d",
+    ),
+    pytest.param(
+        LogOfSoftmax,
+        checks.stable_log_probs,
+        ["output of 'head'", "log(softmax(x))"],
+        [],
+        id="log-of-softmax",
     ),
     pytest.param(
         NoisyInEval, checks.global_rng, ["eval-mode forward draws from the global RNG"], [], id="rng-in-eval"
@@ -911,9 +942,10 @@ def test_checks_share_their_passes_over_a_sample_batch(lm_batch):
         results = [check(model, batch, CFG) for check in checks.MODEL_CHECKS]
         assert all(r.status == PASS for r in results), results
         counts[kind] = model.calls
-    # gradient_flow, determinism, finite and the four leak checks share one train pass; init_loss and
-    # global_rng one eval pass
-    assert counts["plain"] - counts["sample"] == 7, counts
+    # gradient_flow, determinism, finite, the four leak checks and the three architecture checks (which read the
+    # output head off it) share one train pass; init_loss and global_rng one eval pass; residual,
+    # attention_scale and stable_log_probs one watched eval pass
+    assert counts["plain"] - counts["sample"] == 12, counts
 
 
 def test_a_sample_batch_never_serves_one_model_the_passes_of_another(lm_batch):

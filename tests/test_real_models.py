@@ -25,8 +25,9 @@ from harness.checks import FAIL, PASS, WARN
 from harness.data import SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, HFCausalLM, Transformer
 from harness.report.verdict import read_verdict
+from harness.train.run import run
 from tests import real_models as rm
-from tests.conftest import PROBES_OFF, train
+from tests.conftest import PROBES_OFF, compose_config, train
 
 CFG = {"seed": 0}
 SYNTHETIC_LENGTH, TEXT_LENGTH = 16, 24
@@ -70,26 +71,43 @@ def run_check(name: str, model, batch) -> checks.CheckResult:
 # 1. no false alarm on correct real models
 # ---------------------------------------------------------------------------------------------------------
 
-CORRECT = {  # (vocab_size, length) -> a correct model
-    "hf-gpt2": lambda vocab, length: rm.hf(vocab, "gpt2", length),
-    "hf-llama": lambda vocab, length: rm.hf(vocab, "llama", length),
-    "hf-qwen2": lambda vocab, length: rm.hf(vocab, "qwen2", length),
+CORRECT = {  # (vocab_size, length, dropout) -> a correct model; rnn and lstm have no dropout
+    "hf-gpt2": lambda vocab, length, p=0.0: rm.hf(vocab, "gpt2", length, dropout=p),
+    "hf-llama": lambda vocab, length, p=0.0: rm.hf(vocab, "llama", length, dropout=p),
+    "hf-qwen2": lambda vocab, length, p=0.0: rm.hf(vocab, "qwen2", length, dropout=p),
     "hf-gpt2-zeroed-c_proj": rm.gpt2_zeroed_c_proj,
-    "minigpt-learned": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, positions="learned"),
-    "minigpt-rope": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, positions="rope"),
-    "minigpt-zero-init-residual": lambda vocab, length: rm.MiniGPT(
-        vocab, max_len=length, zero_init_residual=True
+    "hf-llama-wide": lambda vocab, length, p=0.0: rm.hf(vocab, "llama", length, d_model=256, dropout=p),
+    "minigpt-learned": lambda vocab, length, p=0.0: rm.MiniGPT(vocab, max_len=length, dropout=p),
+    "minigpt-rope": lambda vocab, length, p=0.0: rm.MiniGPT(
+        vocab, max_len=length, positions="rope", dropout=p
     ),
-    "minigpt-layerscale": lambda vocab, length: rm.MiniGPT(vocab, max_len=length, layerscale=True),
-    "x-transformers-rotary": lambda vocab, length: rm.XDecoder(vocab, max_len=length, positions="rotary"),
-    "x-transformers-alibi": lambda vocab, length: rm.XDecoder(vocab, max_len=length, positions="alibi"),
-    "x-transformers-absolute-glu-dropout": lambda vocab, length: rm.XDecoder(
-        vocab, max_len=length, positions="absolute", ff_glu=True, attn_dropout=0.1, ff_dropout=0.1
+    "minigpt-zero-init-residual": lambda vocab, length, p=0.0: rm.MiniGPT(
+        vocab, max_len=length, zero_init_residual=True, dropout=p
     ),
-    "transformer": lambda vocab, length: Transformer(vocab, max_len=length, d_model=32, layers=2, heads=4),
-    "rnn": lambda vocab, length: RNN(vocab, d_model=32),
-    "lstm": lambda vocab, length: LSTM(vocab, d_model=32),
+    "minigpt-layerscale": lambda vocab, length, p=0.0: rm.MiniGPT(
+        vocab, max_len=length, layerscale=True, dropout=p
+    ),
+    "minigpt-wide": lambda vocab, length, p=0.0: rm.MiniGPT(vocab, max_len=length, d_model=256, dropout=p),
+    "x-transformers-rotary": lambda vocab, length, p=0.0: rm.XDecoder(
+        vocab, max_len=length, positions="rotary", dropout=p
+    ),
+    "x-transformers-alibi": lambda vocab, length, p=0.0: rm.XDecoder(
+        vocab, max_len=length, positions="alibi", dropout=p
+    ),
+    "x-transformers-absolute-glu-dropout": lambda vocab, length, p=0.0: rm.XDecoder(
+        vocab, max_len=length, positions="absolute", ff_glu=True, dropout=p or 0.1
+    ),
+    "x-transformers-qk-norm": lambda vocab, length, p=0.0: rm.XDecoder(
+        vocab, max_len=length, attn_qk_norm=True, dropout=p
+    ),
+    "transformer": lambda vocab, length, p=0.0: Transformer(
+        vocab, max_len=length, d_model=32, layers=2, heads=4, dropout=p
+    ),
+    "rnn": lambda vocab, length, p=0.0: RNN(vocab, d_model=32),
+    "lstm": lambda vocab, length, p=0.0: LSTM(vocab, d_model=32),
 }
+#: the correct models that have a dropout rate to set
+WITH_DROPOUT = [name for name in CORRECT if name not in ("rnn", "lstm")]
 
 
 def test_minigpt_meets_the_model_contract(synthetic):
@@ -113,12 +131,24 @@ def test_minigpt_meets_the_model_contract(synthetic):
 def test_no_false_alarm_on_real_models(model_name, data_name, request):
     """Every model check, run in the preflight's order on one model as the preflight does, PASSes."""
     data = request.getfixturevalue(data_name)
-    model = build(CORRECT[model_name], data)
+    assert_every_check_passes(build(CORRECT[model_name], data), data, f"{model_name} on {data_name}")
+
+
+@pytest.mark.parametrize("dropout", [0.1, 0.2])
+@pytest.mark.parametrize("model_name", WITH_DROPOUT)
+def test_no_false_alarm_with_dropout(model_name, dropout, synthetic):
+    """Dropout at a usual rate changes nothing: every check runs in train mode, re-seeded, as a step does."""
+    make = CORRECT[model_name]
+    model = build(lambda vocab, length: make(vocab, length, dropout), synthetic)
+    assert_every_check_passes(model, synthetic, f"{model_name} with dropout {dropout}")
+
+
+def assert_every_check_passes(model, data, what: str) -> None:
     batch = checks.sample_batch(data.train_dataset, 4)
     results = [check(model, batch, CFG) for check in checks.MODEL_CHECKS]
-    assert len(results) == len(checks.MODEL_CHECKS) >= 9
+    assert len(results) == len(checks.MODEL_CHECKS) >= 12
     alarms = [f"{r.name} {r.status}: {r.detail}" for r in results if r.status != PASS]
-    assert not alarms, f"{model_name} on {data_name}:\n" + "\n".join(alarms)
+    assert not alarms, f"{what}:\n" + "\n".join(alarms)
 
 
 def test_twins_check_says_it_covers_the_harness_twins():
@@ -135,7 +165,7 @@ def minigpt(cls, **kwargs):
     return lambda vocab, length: cls(vocab, max_len=length, **kwargs)
 
 
-def hf_bug(cls, arch):
+def hf_bug(cls, arch: str):
     return lambda vocab, length: cls(vocab, arch=arch, max_len=length, d_model=32, layers=2, heads=4)
 
 
@@ -247,6 +277,78 @@ BUGS = [
     ),
     pytest.param(minigpt(rm.Reseeds), "global_rng", FAIL, ["RNG"], [], id="minigpt-forward-reseeds-torch"),
     pytest.param(
+        minigpt(rm.AttentionScaledUp, d_model=256),
+        "attention_scale",
+        FAIL,
+        ["blocks.0.attn", "nearly one-hot", "sqrt(head_dim)"],
+        [],
+        id="minigpt-attention-scores-times-sqrt-d",
+    ),
+    pytest.param(
+        rm.attention_scaled_up,
+        "attention_scale",
+        FAIL,
+        ["lm.model.layers.0.self_attn", "nearly one-hot"],
+        [],
+        id="hf-llama-attention-scaled-up",
+    ),
+    pytest.param(
+        lambda vocab, length: rm.attention_scaled_up(vocab, length, "gpt2"),
+        "attention_scale",
+        FAIL,
+        ["lm.transformer.h.0.attn", "nearly one-hot"],
+        [],
+        id="hf-gpt2-attention-scaled-up",
+    ),
+    pytest.param(
+        minigpt(rm.NoAttentionResidual),
+        "residual",
+        FAIL,
+        ["blocks.0, blocks.1 do not pass their input on", "x = x + f(x)"],
+        [],
+        id="minigpt-attention-residual-dropped",
+    ),
+    pytest.param(
+        rm.llama_without_attention_residual,
+        "residual",
+        FAIL,
+        ["lm.model.layers.0, lm.model.layers.1 do not pass their input on"],
+        [],
+        id="hf-llama-attention-residual-dropped",
+    ),
+    pytest.param(
+        rm.x_decoder_without_residual,
+        "residual",
+        FAIL,
+        ["net.attn_layers.layers.0, net.attn_layers.layers.1", "do not pass their input on"],
+        [],
+        id="x-transformers-residual-dropped",
+    ),
+    pytest.param(
+        minigpt(rm.LogOfSoftmax),
+        "stable_log_probs",
+        FAIL,
+        ["'head'", "-inf or NaN", "log(softmax(x))"],
+        [],
+        id="minigpt-returns-log-of-softmax",
+    ),
+    pytest.param(
+        minigpt(rm.HandMadeLogSoftmax),
+        "stable_log_probs",
+        FAIL,
+        ["'head'", "-inf or NaN", "without subtracting the max"],
+        [],
+        id="minigpt-log-sum-exp-without-the-max",
+    ),
+    pytest.param(
+        hf_bug(rm.HFLogOfSoftmax, "llama"),
+        "stable_log_probs",
+        FAIL,
+        ["'lm.lm_head'", "-inf or NaN"],
+        [],
+        id="hf-llama-returns-log-of-softmax",
+    ),
+    pytest.param(
         minigpt(rm.NoPositions1Layer),
         "word_order",
         FAIL,
@@ -297,6 +399,11 @@ def test_planted_bugs_are_each_one_change(synthetic):
         rm.WeightChangedInForward,
         rm.ConsumesRNG,
         rm.Reseeds,
+        rm.AttentionScaledUp,
+        rm.TrainOnlyPositions,
+        rm.NoAttentionResidual,
+        rm.LogOfSoftmax,
+        rm.HandMadeLogSoftmax,
     ):
         bug = build(minigpt(cls), synthetic)
         assert {n: p.shape for n, p in bug.named_parameters()} == shapes, cls.__name__
@@ -433,6 +540,64 @@ def test_fail_line_labels_the_final_loss_and_the_goal(tmp_path, data_root):
     assert line is not None, lines
     assert "goal" in line.lower() and "loss" in line.lower(), line
     assert f"{verdict['final_loss']:.4f}" in line, (verdict["final_loss"], line)
+
+
+#: the correct models of section 1 a config builds (the transformer's keys for a fork's own class)
+CONFIGURED = {
+    "hf-gpt2": ("model=hf", "model.arch=gpt2"),
+    "hf-llama": ("model=hf", "model.arch=llama"),
+    "hf-qwen2": ("model=hf", "model.arch=qwen2"),
+    "minigpt-learned": ("model=transformer", "model._target_=tests.real_models.MiniGPT"),
+    "minigpt-rope": (
+        "model=transformer",
+        "model._target_=tests.real_models.MiniGPT",
+        "+model.positions=rope",
+    ),
+    "minigpt-zero-init-residual": (
+        "model=transformer",
+        "model._target_=tests.real_models.MiniGPT",
+        "+model.zero_init_residual=true",
+    ),
+    "minigpt-layerscale": (
+        "model=transformer",
+        "model._target_=tests.real_models.MiniGPT",
+        "+model.layerscale=true",
+    ),
+    "x-transformers-rotary": ("model=transformer", "model._target_=tests.real_models.XDecoder"),
+    "x-transformers-alibi": (
+        "model=transformer",
+        "model._target_=tests.real_models.XDecoder",
+        "+model.positions=alibi",
+    ),
+    "transformer": ("model=transformer",),
+    "gpt": ("model=gpt",),
+}
+#: (dropout, n) of each model's overfit runs, on synthetic and on text data
+DROPOUT_RUNS = [(0.0, 2), (0.1, 2), (0.2, 1), (0.2, 2), (0.2, 5)]
+
+
+@pytest.mark.slow  # ~25 s a model: 10 overfit runs with every probe on
+@pytest.mark.parametrize("model_name", list(CONFIGURED))
+def test_correct_models_with_dropout_memorize_without_a_warning_or_a_symptom(
+    model_name, tmp_path_factory, data_root
+):
+    """Dropout 0, 0.1 and 0.2 (re-seeded, as overfit mode does): PASS, every check PASS, no eval-gap warning (eval
+    mode's loss may be far above the step's) and no symptom, the activations called as functions included."""
+    problems = []
+    for data in ("synthetic", "text"):
+        for dropout, n in DROPOUT_RUNS:
+            overrides = [*CONFIGURED[model_name], f"model.dropout={dropout}", f"n={n}", f"data={data}"]
+            run_dir = tmp_path_factory.mktemp("dropout")
+            probes_on = ["logger=csv", "data.length=16", "model.d_model=32", "probes.plots=false"]
+            verdict = run(compose_config([*overrides, *probes_on], run_dir, data_root))
+            where = f"{data} dropout {dropout} n={n}"
+            problems += [f"{where}: {verdict['status']}"] if verdict["status"] != PASS else []
+            problems += [
+                f"{where}: {c['name']} {c['status']}" for c in verdict["checks"] if c["status"] != PASS
+            ]
+            problems += [f"{where}: eval gap: {verdict['eval_gap']}"] if verdict["eval_gap"] else []
+            problems += [f"{where}: {s['name']} in {s['where']}" for s in verdict["symptoms"]]
+    assert not problems, f"{model_name}:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("arch", ["bloom", "gptj", "mixtral"])

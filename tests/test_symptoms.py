@@ -12,6 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from harness.report.symptoms import SUGGESTIONS, Symptom, judge
@@ -106,6 +107,50 @@ def test_a_tanh_layer_with_weights_far_too_large_is_saturated(tmp_path_factory, 
     )
     [symptom] = found(verdict, "saturated_activations")
     assert symptom["where"] == "net.1" and symptom["value"] > 0.9, symptom
+
+
+# the same illnesses where the activation is a function called in a forward: named by the module that calls it
+
+
+@pytest.mark.parametrize(
+    ("model", "where"),
+    [
+        (["model._target_=tests.sick_models.FunctionalTanh", "+model.scale=100"], "net/tanh"),
+        (["model=hf", "model._target_=tests.sick_models.GPT2SaturatedTanh"], "lm.transformer.h.0.mlp/tanh"),
+    ],
+    ids=["stack", "hf-gpt2"],
+)
+def test_a_tanh_called_as_a_function_with_weights_far_too_large_is_saturated(
+    model, where, tmp_path_factory, data_root
+):
+    _, verdict = _run(
+        tmp_path_factory, data_root, "tanh_fn", *model, "mode.max_steps=60", "mode.target_loss=0"
+    )
+    [symptom] = [s for s in found(verdict, "saturated_activations") if s["where"] == where]  # hf: one a layer
+    assert symptom["where"] == where and symptom["value"] > 0.9, symptom
+    owner = where.split("/")[0]
+    assert f"tanh called as a function in the forward of {owner}: " in symptom["detail"], symptom
+
+
+@pytest.mark.parametrize(
+    ("model", "where"),
+    [
+        (["model._target_=tests.sick_models.FunctionalReLU"], "net/relu"),
+        (["model=hf", "model._target_=tests.sick_models.LlamaDeadReLU"], "lm.model.layers.0.mlp/relu"),
+    ],
+    ids=["stack", "hf-llama"],
+)
+def test_a_relu_called_as_a_function_behind_a_large_negative_bias_has_dead_units(
+    model, where, tmp_path_factory, data_root
+):
+    """Not only dead_params (the layer before it gets no gradient): dead_units, named by where relu is called."""
+    _, verdict = _run(
+        tmp_path_factory, data_root, "relu_fn", *model, "mode.max_steps=60", "mode.target_loss=0"
+    )
+    [symptom] = [s for s in found(verdict, "dead_units") if s["where"] == where]  # hf: one a layer
+    assert symptom["where"] == where and symptom["value"] == 1.0, symptom
+    assert "relu called as a function in the forward of" in symptom["detail"], symptom
+    assert found(verdict, "dead_params"), verdict["symptoms"]
 
 
 def test_an_init_far_too_large_explodes_the_gradients(tmp_path_factory, data_root):
@@ -394,6 +439,118 @@ def test_activation_statistics_are_the_training_forwards_own():
     assert rows[0]["act/net/rms"] == pytest.approx(relu.square().mean().sqrt().item(), rel=1e-5)
     assert "act/net.0/zero_frac" not in rows[0] and "act/head/rms" in rows[0]
     assert not [m for m in model.modules() if m._forward_hooks], "hooks left behind"
+
+
+class Calls(nn.Module):
+    """A module calling activations as functions, and holding a ReLU module (whose own F.relu is its hook's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.relu = nn.Linear(8, 8), nn.ReLU()
+
+    def forward(self, x):
+        y = self.linear(x)
+        return torch.tanh(y) + F.gelu(y) + y.sigmoid() + self.relu(y)
+
+
+class CallsFunctions(nn.Module):
+    def __init__(self, vocab_size: int = 12):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, 8)
+        self.net = Calls()
+        self.head = nn.Linear(8, vocab_size)
+
+    def forward(self, input_ids):
+        x = self.net(self.token_embedding(input_ids))
+        return self.head(torch.relu(x))  # in the model's own forward
+
+
+def test_activation_functions_are_read_where_they_are_called():
+    """Each function's statistics are its output's in the training forward, keyed by the module that calls it
+    (`forward` for the model's own); a ReLU module's inner F.relu is not read twice; nothing is left behind."""
+    torch.manual_seed(0)
+    model = CallsFunctions()
+    before = copy.deepcopy(model)
+    ids = torch.randint(0, 12, (2, 2, 8))
+    batches = [
+        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
+        for x in ids
+    ]
+    probes = ProbeSet([Activations(every=2)])
+    rows: dict[int, dict] = {}
+    probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
+    trainer = pl.Trainer(
+        max_steps=2,
+        callbacks=[probes],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    row = rows[0]
+    with torch.no_grad():
+        y = before.net.linear(before.token_embedding(batches[0]["input_ids"]))
+        out = before.net(before.token_embedding(batches[0]["input_ids"]))
+    assert row["act/net/tanh/saturated"] == pytest.approx((y.tanh().abs() > 0.97).float().mean().item())
+    assert row["act/net/gelu/rms"] == pytest.approx(F.gelu(y).square().mean().sqrt().item(), rel=1e-5)
+    assert row["act/net/sigmoid/mean"] == pytest.approx(y.sigmoid().mean().item(), rel=1e-5)
+    assert row["act/forward/relu/zero_frac"] == pytest.approx((out.relu() == 0).float().mean().item())
+    functions = {k.rsplit("/", 1)[0] for k in row if k.count("/") == 3}
+    assert functions == {"act/net/tanh", "act/net/gelu", "act/net/sigmoid", "act/forward/relu"}, functions
+    assert "act/net.relu/zero_frac" in row  # the ReLU module: read by its hook alone, not by its F.relu too
+    assert sorted(rows) == [0] and not [
+        m for m in model.modules() if m._forward_hooks or m._forward_pre_hooks
+    ]
+    assert not torch.overrides._get_current_function_mode_stack(), "a mode left on"
+
+
+class TanhFromItsThirdForward(CallsFunctions):
+    """Calls torch.tanh in its own forward from its third training forward on (a path a flag opens)."""
+
+    def __init__(self):
+        super().__init__()
+        self.forwards = 0
+
+    def forward(self, input_ids):
+        self.forwards += self.training
+        logits = super().forward(input_ids)
+        return torch.tanh(logits) if self.forwards >= 3 else logits
+
+
+def test_a_model_that_called_no_activation_function_is_watched_again_every_recheck_readings():
+    """Watching the functions costs a dispatch per torch call of the forward: after a reading that saw none
+    (CallsFunctions without its functions) the probe looks again every RECHECK readings only."""
+    from harness.probes.activations import RECHECK
+
+    torch.manual_seed(0)
+    model = TanhFromItsThirdForward()
+    model.net.forward = lambda x: model.net.relu(model.net.linear(x))  # no function until the flag opens
+    model.head.forward = lambda x: torch.nn.functional.linear(x, model.head.weight, model.head.bias)
+    ids = torch.randint(0, 12, (RECHECK + 2, 2, 8))
+    batches = [
+        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
+        for x in ids
+    ]
+    probes = ProbeSet([Activations(every=1)])
+    rows: dict[int, dict] = {}
+    probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
+    trainer = pl.Trainer(
+        max_steps=RECHECK + 2,
+        callbacks=[probes],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    watched = [step for step, row in sorted(rows.items()) if "act/forward/tanh/rms" in row]
+    # step 0 saw no function (and relu, as a module, is its hook's); from step 2 on the model calls tanh, seen
+    # when the probe looks again at reading RECHECK, and at every reading after that
+    assert watched == list(range(RECHECK, RECHECK + 2)), watched
+    assert "act/forward/relu/rms" in rows[RECHECK] and "act/net.relu/rms" in rows[0]
 
 
 # zero false alarms: every built-in model and data source, overfit and mode=full; the vanishing preset

@@ -173,3 +173,14 @@ def import_lightning():
     with as_if_not_installed(UNASKED):
         import pytorch_lightning
     return pytorch_lightning
+
+
+def torch_function_off():
+    """A context in which no __torch_function__ runs, neither a mode's nor a subclass's: a probe's own statistics,
+    computed in a hook while a TorchFunctionMode watches the forward, then cost a plain call each instead of a
+    dispatch through the mode (on a tiny model, most of what watching the activation functions costs)."""
+    import torch
+
+    return _private(
+        "torch", torch.__version__, "torch._C.DisableTorchFunction()", lambda: torch._C.DisableTorchFunction()
+    )

@@ -3,6 +3,7 @@
 They need only the contracts of docs/contracts.md, so a fork's own model or data is checked the same way.
 `harness.checks.preflight` runs them through pytest before training (see preflight_tests.py)."""
 
+from harness.checks.architecture import attention_scale, residual, stable_log_probs
 from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, sample_batch, sample_rows
 from harness.checks.batch import batch_format, ids_in_range
 from harness.checks.behaviour import determinism, global_rng, init_loss, twins
@@ -25,6 +26,9 @@ MODEL_CHECKS = (
     global_rng,
     finite,
     input_dependence,
+    residual,
+    attention_scale,
+    stable_log_probs,
 )
 #: the data checks, run first: a batch they find unusable is not run through the model checks
 DATA_CHECKS = (
@@ -52,6 +56,7 @@ __all__ = [
     "MODEL_CHECKS",
     "PASS",
     "WARN",
+    "attention_scale",
     "batch_independence",
     "causality",
     "data_roundtrip",
@@ -61,7 +66,9 @@ __all__ = [
     "gradient_flow",
     "init_loss",
     "input_dependence",
+    "residual",
     "sample_batch",
+    "stable_log_probs",
     "static_batches",
     "twins",
     "word_order",

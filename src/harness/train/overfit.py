@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from harness.batches import collate_of, first_items, indexable, to_device, training_mode
+from harness.calls import without_dropout
 from harness.errors import ConfigError
 from harness.seeding import seed_all
 
@@ -169,19 +170,52 @@ def evaluate(
     return {k: v.item() for k, v in metrics.items()}
 
 
-def eval_gap(train: dict, evaluated: dict) -> str | None:
-    """What it means when the n memorized examples score much worse in eval mode than in train mode (None
-    when they do not): accuracy lower by more than 0.1, or a loss more than doubled and 0.1 higher."""
-    worse_acc = evaluated["acc"] < train["acc"] - 0.1
-    worse_loss = evaluated["loss"] > max(2 * train["loss"], train["loss"] + 0.1)
-    if not (worse_acc or worse_loss):
-        return None
-    return (
-        f"in eval mode the same examples score accuracy {evaluated['acc']:.2f} and loss {evaluated['loss']:.4f}, "
-        f"against {train['acc']:.2f} and {train['loss']:.4f} in train mode: they were memorized only with "
-        "what runs in training: dropout too high, a branch that runs only in training or only in eval "
-        "(self.training), or batch statistics (BatchNorm) unlike their running averages"
+#: a dropout rate this high or higher drops half of every layer's units each step: far above the usual 0.1-0.3
+HIGH_DROPOUT = 0.5
+
+
+def scores_without_dropout(module: pl.LightningModule, batch: dict, seed: int) -> tuple[dict, float]:
+    """evaluate() in train mode with every dropout keeping every unit (re-seeded with `seed`), and the highest
+    dropout rate the forward would have used (0.0: none)."""
+    rates: list[float] = []
+    with without_dropout(rates):
+        scores = evaluate(module, batch, training=True, seed=seed)
+    return scores, max(rates, default=0.0)
+
+
+def worse(evaluated: dict, reference: dict) -> bool:
+    """Accuracy lower by more than 0.1, or a loss more than doubled and 0.1 higher."""
+    return evaluated["acc"] < reference["acc"] - 0.1 or evaluated["loss"] > max(
+        2 * reference["loss"], reference["loss"] + 0.1
     )
+
+
+def eval_gap(train: dict, evaluated: dict, plain: dict | None = None, dropout: float = 0.0) -> str | None:
+    """What it means when the n memorized examples score worse in eval mode (`evaluated`) than in train mode
+    (`train`, re-seeded as a step); None when nothing is wrong.
+
+    Re-seeded dropout drops the same units at every step, so train mode's loss ends below eval mode's on any
+    correct model with dropout: a gap that dropout explains is no warning unless the rate is far too high
+    (`dropout`, the highest seen, at HIGH_DROPOUT or above) and the accuracy fell. A gap that remains in train
+    mode with dropout off (`plain`) is not dropout's: something else runs only in training (or only in eval)."""
+    scores = (
+        f"in eval mode the same examples score accuracy {evaluated['acc']:.2f} and loss "
+        f"{evaluated['loss']:.4f}, against {{acc:.2f}} and {{loss:.4f}} in train mode{{how}}"
+    )
+    if plain is not None and worse(evaluated, plain):
+        return (
+            scores.format(**plain, how=" with every dropout off")
+            + ": something other than dropout runs only in training or only in eval: a branch on "
+            "self.training, batch statistics (BatchNorm) unlike their running averages, or randomness of "
+            "your own (noise, a dropout written by hand)"
+        )
+    if dropout >= HIGH_DROPOUT and evaluated["acc"] < train["acc"] - 0.1:
+        return (
+            scores.format(**train, how="")
+            + f": they were memorized only through the one dropout mask re-seeding repeats; dropout "
+            f"{dropout:g} is far above the usual 0.1-0.3 (lower it)"
+        )
+    return None
 
 
 class Overfit:
@@ -214,7 +248,8 @@ class Overfit:
         verdict.accuracy = verdict.eval_accuracy = final["acc"]
         verdict.p_correct = final["p_correct"]
         verdict.train_accuracy = trained["acc"]  # train mode, re-seeded as a step: the final weights
-        verdict.eval_gap = eval_gap(trained, final)
+        plain, dropout = scores_without_dropout(module, self.batch, self.cfg.seed)
+        verdict.eval_gap = eval_gap(trained, final, plain, dropout)
 
     def summary(self, verdict) -> str:
         goal = verdict.floor + self.cfg.mode.target_loss

@@ -11,6 +11,7 @@ spot in the charts (harness.report.symptoms: the record, the names, the suggesti
     dead_units             a ReLU-like module's outputs exactly zero for >= `dead_fraction` of them, or
                            >= `dead_units` of its units dead (zero at every position of the batch)
     saturated_activations  a tanh/sigmoid-like module's outputs saturated for >= `saturated_fraction`
+                           (both also for an activation called as a function: `<module>/<function>`)
     loss_spike             the loss `spike_factor` times its running median (and `spike_min` x the initial loss
                            above it, and `spike_sigmas` robust deviations) for `spike_stay` steps in a row,
                            or `spikes` times within `window`

@@ -1,5 +1,6 @@
 """The activations' rules: `dead_units` (a ReLU-like module's outputs zero, or units dead at every position) and
-`saturated_activations` (a tanh/sigmoid-like module at its limits), read from the activations probe's rows."""
+`saturated_activations` (a tanh/sigmoid-like module at its limits), read from the activations probe's rows: of
+activation modules, and of activation functions called in a module's forward (`<module>/<function>`)."""
 
 from __future__ import annotations
 
@@ -29,5 +30,14 @@ class ActivationRules:
             name, limit, what = ACTIVATION_LIMITS[stat]
             limit = getattr(self, limit)
             if self.streaks.update(f"{stat}:{module}", value >= limit) >= self.patience:
-                detail = f"{value:.1%} {what} for {self.patience} readings in a row"
+                detail = f"{called(module)}{value:.1%} {what} for {self.patience} readings in a row"
                 self.report(name, step, module, value, detail, side=module)
+
+
+def called(where: str) -> str:
+    """What a reading's place means, where it is a function ('mlp/tanh': tanh called in mlp's forward)."""
+    module, _, function = where.partition("/")
+    if not function:
+        return ""
+    owner = "the model's own forward" if module == "forward" else f"the forward of {module}"
+    return f"{function} called as a function in {owner}: "
