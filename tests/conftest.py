@@ -29,6 +29,17 @@ PROBES_OFF = ("probes=off",) if (CONF / "probes").is_dir() else ()
 needs_probes = pytest.mark.skipif(not (CONF / "probes").is_dir(), reason="this project has no probes")
 
 
+def sampled(cases, every: int = 3) -> list:
+    """Parametrize cases, one in `every` in the quick tier (make test) and the others marked slow (make
+    test-slow, which CI runs too): a long table's every row is tested, its spread in the quick tier."""
+    return [
+        case
+        if i % every == 0
+        else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+        for i, case in enumerate(cases)
+    ]
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked gpu are skipped, with the reason shown, where no CUDA device is visible."""
     import torch

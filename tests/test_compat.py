@@ -192,6 +192,7 @@ def test_shutdown_workers_ends_a_persistent_loaders_processes():
     compat.shutdown_workers(loader)  # a loader with no workers left: nothing to do
 
 
+@pytest.mark.slow
 def test_lightning_imports_without_what_torchmetrics_imports_only_because_it_is_there():
     """transformers and scipy, where installed, are not imported by `import pytorch_lightning` inside the guard,
     and import as usual after it (model=hf, an Optuna search)."""

@@ -84,6 +84,7 @@ def test_a_faulty_folder_is_one_short_line_naming_it(name, make_config, tmp_path
     assert not (tmp_path / "run" / "verdict.json").exists()
 
 
+@pytest.mark.slow
 def test_a_huge_line_keeps_the_console_and_verdict_small(tmp_path, run_train):
     """The real command line on a folder with a 5 MB line: exit 2, one short line, nothing of the file copied."""
     folder, _ = faulty(tmp_path, "huge_line")

@@ -13,7 +13,7 @@ import pytest
 
 from harness.cli.door import check_overrides
 from harness.errors import ConfigError
-from tests.conftest import CONF, PROBES_OFF, run_command
+from tests.conftest import CONF, PROBES_OFF, run_command, sampled
 
 
 def refused(capsys, *overrides: str) -> str:
@@ -282,7 +282,9 @@ LIBRARY_REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize(("overrides", "line"), LIBRARY_REFUSALS, ids=[o for o, _ in LIBRARY_REFUSALS])
+@pytest.mark.parametrize(
+    ("overrides", "line"), sampled(LIBRARY_REFUSALS), ids=[o for o, _ in LIBRARY_REFUSALS]
+)
 def test_a_value_a_library_refuses_when_it_builds_is_one_line_naming_the_key(
     overrides, line, capsys, tmp_path
 ):
@@ -302,6 +304,7 @@ def test_a_value_a_library_refuses_when_it_builds_is_one_line_naming_the_key(
     assert not run_dir.exists() and not data_root.exists() and not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow
 def test_the_config_files_values_all_build():
     """The other side of the refusals above: every config file's own values build at the door (no refusal
     without a value given), whichever option of each group."""

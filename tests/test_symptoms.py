@@ -506,28 +506,30 @@ def test_activation_functions_are_read_where_they_are_called():
     assert not torch.overrides._get_current_function_mode_stack(), "a mode left on"
 
 
-class TanhFromItsThirdForward(CallsFunctions):
-    """Calls torch.tanh in its own forward from its third training forward on (a path a flag opens)."""
+class TanhFromItsThirdForward(nn.Module):
+    """Activation modules only (a ReLU, whose own F.relu is its hook's), until its third training forward: from
+    then on its forward calls torch.tanh too (a path a flag opens)."""
 
-    def __init__(self):
+    def __init__(self, vocab_size: int = 12):
         super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, 8)
+        self.linear, self.relu = nn.Linear(8, 8), nn.ReLU()
+        self.head = nn.Linear(8, vocab_size)
         self.forwards = 0
 
     def forward(self, input_ids):
         self.forwards += self.training
-        logits = super().forward(input_ids)
-        return torch.tanh(logits) if self.forwards >= 3 else logits
+        x = self.relu(self.linear(self.token_embedding(input_ids)))
+        return self.head(torch.tanh(x) if self.forwards >= 3 else x)
 
 
 def test_a_model_that_called_no_activation_function_is_watched_again_every_recheck_readings():
-    """Watching the functions costs a dispatch per torch call of the forward: after a reading that saw none
-    (CallsFunctions without its functions) the probe looks again every RECHECK readings only."""
+    """Watching the functions costs a dispatch per torch call of the forward: after a reading that saw none the
+    probe looks again every RECHECK readings only, and at every reading once it sees one."""
     from harness.probes.activations import RECHECK
 
     torch.manual_seed(0)
     model = TanhFromItsThirdForward()
-    model.net.forward = lambda x: model.net.relu(model.net.linear(x))  # no function until the flag opens
-    model.head.forward = lambda x: torch.nn.functional.linear(x, model.head.weight, model.head.bias)
     ids = torch.randint(0, 12, (RECHECK + 2, 2, 8))
     batches = [
         {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
@@ -547,10 +549,10 @@ def test_a_model_that_called_no_activation_function_is_watched_again_every_reche
     )
     trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
     watched = [step for step, row in sorted(rows.items()) if "act/forward/tanh/rms" in row]
-    # step 0 saw no function (and relu, as a module, is its hook's); from step 2 on the model calls tanh, seen
-    # when the probe looks again at reading RECHECK, and at every reading after that
+    # step 0 saw no function (relu, a module, is its hook's); from step 2 on the model calls tanh, seen when the
+    # probe looks again at reading RECHECK, and at every reading after that
     assert watched == list(range(RECHECK, RECHECK + 2)), watched
-    assert "act/forward/relu/rms" in rows[RECHECK] and "act/net.relu/rms" in rows[0]
+    assert all("act/relu/rms" in row for row in rows.values()) and sorted(rows) == list(range(RECHECK + 2))
 
 
 # zero false alarms: every built-in model and data source, overfit and mode=full; the vanishing preset

@@ -106,7 +106,7 @@ def stable_log_probs(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             FAIL,
             f"{pushed}, {found.logits_nonfinite:.0%} of the logits forward returns are -inf or NaN: it computes "
             "log-probabilities that underflow or overflow once a prediction is confident (log(softmax(x)), or "
-            "log(exp(x).sum()) without subtracting the max); return the logits, or F.log_softmax(x)",
+            "log(exp(x).sum()) without subtracting the max); return the logits, or their log-softmax (torch's, which subtracts the max)",
         )
     loss = type(step_settings(cfg)[2]).__name__
     if found.loss != found.loss or abs(found.loss) == float("inf"):
@@ -114,7 +114,7 @@ def stable_log_probs(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "stable_log_probs",
             FAIL,
             f"{pushed}, the logits stay finite but the loss ({loss}) is {found.loss}: it computes "
-            "log-probabilities unstably (log(softmax(x))); use F.log_softmax or F.cross_entropy",
+            "log-probabilities unstably (log(softmax(x))); use torch's log-softmax or its cross-entropy, which subtract the max",
         )
     return CheckResult(
         "stable_log_probs", PASS, f"{pushed}, the logits and the loss stay finite ({found.loss:.4g})"
