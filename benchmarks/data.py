@@ -145,8 +145,8 @@ def stdlib_data(
 def throughput(data, reps: int) -> dict:
     """Seconds of `prepare(data)` (its shards deleted first) and of a bare encode_batch of the same texts,
     alternating (see the module docstring); the shards are left prepared."""
-    from harness.data import shards
     from harness.data.prepare import prepare
+    from harness.data.whole import read_meta
 
     texts = [Path(path).read_text(encoding="utf-8") for path, _ in data.corpus.files]
     backend = data.corpus.trained_bpe().backend
@@ -160,7 +160,7 @@ def throughput(data, reps: int) -> dict:
         shutil.rmtree(data.dataset_dir, ignore_errors=True)
         with environ(TOKENIZERS_PARALLELISM="false"):
             seconds = timed_once(lambda: prepare(data.corpus))
-        tokens["prepare"] = shards.shard_meta(data.dataset_dir)["tokens"]
+        tokens["prepare"] = read_meta(data.dataset_dir)[0]["tokens"]
         return seconds
 
     prepared(), bare()  # warm-up: the page cache, the pool's first fork, tokenizers' thread pool

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 from harness.cli.task import perform
 from harness.errors import ConfigError
 from harness.train.run import run
-from tests.conftest import PROBES_OFF
+from tests.conftest import PROBES_OFF, ROOT, run_command
 
 CORPUS = "\n".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(400))
 
@@ -45,6 +46,23 @@ def trained(make_config, tmp_path):
     (run_dir / ".hydra").mkdir()
     OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, run_dir / ".hydra" / "config.yaml")
     return run_dir, verdict
+
+
+def test_eval_py_reads_the_checkpoint_through_the_door(trained, tmp_path):
+    """The command a user types: the door checks mode=eval's keys (no optimizer, no Trainer to try) and passes."""
+    run_dir, _ = trained
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    evaluated = run_command(
+        sys.executable,
+        str(ROOT / "eval.py"),
+        f"ckpt_path={checkpoint}",
+        "mode.samples=1",
+        "mode.new_tokens=2",
+        f"hydra.run.dir={tmp_path / 'eval'}",
+        cwd=tmp_path,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())["checkpoint"] == str(checkpoint)
 
 
 def test_eval_measures_the_checkpoint_with_its_own_config(trained, make_config, tmp_path):

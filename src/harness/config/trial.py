@@ -242,7 +242,9 @@ def trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bo
     """trial()'s builds, part by part, in the order the run builds them."""
     if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
         built("data", cfg.data, base.get("data"), under("data", given), lambda node: build(node, "data"))
-    if cfg.get("optim") is not None and "max_steps" in cfg.mode:
+    if "max_steps" not in cfg.mode:  # mode=eval: no optimizer, no Trainer; its model is the checkpoint's
+        return
+    if cfg.get("optim") is not None:
         optimizer_and_schedule(cfg, base, given)
         if cfg.get("model") is not None:
             model_loss_probes(cfg, base, given)
