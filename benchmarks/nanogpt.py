@@ -45,7 +45,7 @@ class GPTConfig:
     n_head: int = SIZE["heads"]
     n_embd: int = SIZE["d_model"]
     dropout: float = 0.0
-    bias: bool = False
+    bias: bool = True  # nanoGPT's default, as model=gpt's
 
 
 class LayerNorm(nn.Module):
