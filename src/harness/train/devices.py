@@ -67,10 +67,28 @@ def device_count(devices) -> int | None:
     )
 
 
+#: strategy classes (a `_target_`'s last name, lower case) that start one process a device, as ddp does
+SHARDED = ("fsdp", "fsdpstrategy", "modelparallelstrategy")
+
+
+def strategy_name(trainer: DictConfig) -> str:
+    """`trainer.strategy` as a name: the string given, or for a strategy built from a `_target_` (trainer=fsdp)
+    the class's name in lower case (`fsdp`)."""
+    strategy = trainer.get("strategy", "auto")
+    if isinstance(strategy, DictConfig):
+        return str(strategy.get("_target_", "auto")).rsplit(".", 1)[-1].lower()
+    return str(strategy)
+
+
+def several(strategy: str) -> bool:
+    """Whether `strategy` (strategy_name) runs one process a device: ddp and the sharded ones."""
+    return strategy.startswith("ddp") or strategy in SHARDED
+
+
 def processes(trainer: DictConfig) -> int:
-    """Processes the Trainer config asks for on this machine: the devices under a DDP strategy, and under
-    `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
-    strategy = str(trainer.get("strategy", "auto"))
+    """Processes the Trainer config asks for on this machine: the devices under a DDP or sharded strategy, and
+    under `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
+    strategy = strategy_name(trainer)
     devices = trainer.get("devices", 1)
     count = device_count(devices)
     if strategy.startswith("ddp_spawn"):
@@ -80,11 +98,11 @@ def processes(trainer: DictConfig) -> int:
             "spawned workers keep the stop step, probes and checks to "
             "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
         )
-    if strategy.startswith("ddp") and count is None:
+    if several(strategy) and count is None:
         raise ConfigError(
             "trainer.devices",
             devices,
-            "with DDP give the number of processes on each machine, "
+            f"with {strategy} give the number of processes on each machine, "
             "e.g. trainer.devices=2: the harness checks it against the machine and the launcher",
         )
     if strategy.startswith("single"):
@@ -158,9 +176,10 @@ def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
                 f"(set trainer.num_nodes={launcher.nodes} or hydra.launcher.nodes={nodes})",
             )
     elif multirun and count > 1:
+        strategy = strategy_name(cfg.trainer)
         raise ConfigError(
             "trainer",
-            "ddp",
+            strategy if several(strategy) else "ddp",
             "in a local sweep Lightning would restart the whole sweep in every rank; "
             "run the jobs one at a time (no -m), or sweep on a cluster with "
             "hydra/launcher=slurm, where SLURM starts the ranks",
