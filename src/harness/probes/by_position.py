@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from harness.probes.base import Probe, whole
+from harness.probes.base import Probe, off_when_sharded, whole
 from harness.probes.datapoints import collate
 from harness.probes.emit import has_tracker, log_image, own_randomness
 from harness.probes.position import input_grad_by_position, reach
@@ -38,6 +38,12 @@ class GradByPosition(Probe):
             log.warning(
                 "grad_by_position probe off: the model has no `token_embedding` (see docs/contracts.md, Model)"
             )
+            return
+        why = (
+            "its forward and backward run on rank 0 alone, which would wait for the other ranks' all-gathers; "
+            "verdict.json has no grad_by_position (trainer=ddp or one process measures it)"
+        )
+        if off_when_sharded(trainer, pl_module, "grad_by_position", why):
             return
         self.batch = collate(self.run.data, "train", self.examples)
         if (

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from harness.batches import first_rows
-from harness.probes.base import Probe, due, whole
+from harness.probes.base import Probe, due, off_when_sharded, whole
 from harness.probes.emit import log_table, own_randomness
 
 MASKED, PADDING = "·", "░"
@@ -102,6 +102,9 @@ class Datapoints(Probe):
         self.texts: list[str] = []
 
     def on_train_start(self, trainer, pl_module) -> None:
+        why = "its forward passes run on rank 0 alone, which would wait for the other ranks' all-gathers"
+        if off_when_sharded(trainer, pl_module, "datapoints", why):
+            return  # no batches: nothing dumped
         data = self.run.data
         self.texts = token_texts(data.tokenizer)
         train, val = data.train_dataset, data.val_dataset

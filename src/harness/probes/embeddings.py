@@ -11,6 +11,7 @@ import torch
 from harness.probes.base import Probe
 from harness.probes.datapoints import visible
 from harness.probes.emit import has_tracker, log_image
+from harness.train.whole import is_shard
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,14 @@ class Embeddings(Probe):
     @torch.no_grad()
     def snapshot(self, trainer, pl_module, step: int) -> None:
         embedding = getattr(pl_module.model, "token_embedding", None)
-        if not trainer.is_global_zero or embedding is None or embedding.weight.shape[1] < 2:
+        if embedding is None or embedding.weight.shape[1] < 2:
             return
-        coords, explained = project(embedding.weight)
+        weight = embedding.weight
+        if is_shard(weight):  # sharded: the whole matrix, gathered by every rank (one all-gather a snapshot)
+            weight = weight.full_tensor()
+        if not trainer.is_global_zero:
+            return
+        coords, explained = project(weight)
         coords, explained = coords.tolist(), explained.tolist()
         tokenizer = self.run.data.tokenizer
         labels = [visible(tokenizer.decode([i])) for i in range(len(coords))]
