@@ -1,0 +1,241 @@
+"""Sharded training (trainer=fsdp): the units taken from the model, the door's rules, and two real processes on
+this CPU (gloo) whose probes report the whole layers, under the model's own names, as one process does.
+
+The two-process runs cost seconds each: they are in the slow tier."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from harness.cli.door import check_overrides
+from harness.models import GPT, Transformer
+from harness.train.devices import processes
+from harness.train.sharding import unit_names
+from tests.conftest import PROBES_OFF, needs_probes, train
+
+ROOT = Path(__file__).resolve().parents[1]
+#: a whole run, short: synthetic data of length 12, plots off
+SHORT = ["data.length=12", "probes.plots=false"]
+
+
+# --- the units: the model's repeated blocks ---------------------------------------------------------------------
+
+
+class Inner(nn.Module):
+    """A block that holds a ModuleList of its own (two heads): inside a unit, so no unit itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+
+class Nested(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(8, 4)
+        self.mixed = nn.ModuleList([nn.Linear(4, 4), nn.ReLU()])  # not one class: looked inside, no unit
+        self.stack = nn.Sequential(nn.ModuleList(Inner() for _ in range(3)))
+
+
+def test_units_are_the_repeated_children_of_a_module_list():
+    assert unit_names(GPT(vocab_size=20, max_len=12)) == [f"blocks.{i}" for i in range(4)]
+    assert unit_names(Transformer(vocab_size=20, max_len=12, d_model=16, layers=3)) == [
+        "blocks.0",
+        "blocks.1",
+        "blocks.2",
+    ]
+    assert unit_names(Nested()) == ["stack.0.0", "stack.0.1", "stack.0.2"]  # the outermost list only
+    assert unit_names(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))) == []  # no list: the root unit alone
+
+
+def test_units_of_a_hugging_face_model_are_its_layers():
+    pytest.importorskip("transformers")
+    from harness.models import HFCausalLM
+
+    model = HFCausalLM(vocab_size=20, arch="llama", max_len=12, d_model=16, layers=2, heads=2)
+    assert unit_names(model) == ["lm.model.layers.0", "lm.model.layers.1"]
+
+
+# --- the door ---------------------------------------------------------------------------------------------------
+
+
+def test_fsdp_runs_one_process_a_device(make_config):
+    assert processes(make_config("trainer=fsdp").trainer) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["-m", "trainer=fsdp", "data.length=10,20"], "trainer=fsdp"),
+        (["trainer=fsdp", "trainer.devices=auto"], "trainer.devices=auto"),
+        (["trainer=fsdp", "trainer.strategy.mixed_precision=fp8"], "trainer.strategy.mixed_precision=fp8"),
+        (["trainer=fsdp", "trainer.devices=4096"], "trainer.devices=4096"),
+    ],
+    ids=["local-sweep", "auto", "precision", "devices"],
+)
+def test_unsound_fsdp_settings_are_refused(argv, names, capsys, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(argv, ROOT / "conf")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1 and names in lines[0], lines
+
+
+# --- two processes, one run ---------------------------------------------------------------------------------------
+
+
+def metrics(run_dir: Path) -> dict[int, dict[str, float]]:
+    """metrics.csv as {step: {key: value}}, the empty cells left out."""
+    rows: dict[int, dict[str, float]] = {}
+    with (run_dir / "metrics.csv").open() as f:
+        for row in csv.DictReader(f):
+            values = {k: float(v) for k, v in row.items() if v not in ("", None) and k != "step"}
+            rows.setdefault(int(row["step"]), {}).update(values)
+    return rows
+
+
+def mismatches(one: dict, sharded: dict, prefixes: tuple, rel: float, floor: float = 0.0) -> list:
+    """(step, key, one process's value, sharded value) for every logged value under `prefixes` that the two runs
+    do not share to `rel` relative (or `floor` absolute, for values near zero); a key only one run logs too."""
+    wrong = []
+
+    def close(x: float, y: float) -> bool:
+        return math.isclose(x, y, rel_tol=rel, abs_tol=floor)
+
+    for step in sorted(set(one) | set(sharded)):
+        a, b = one.get(step, {}), sharded.get(step, {})
+        for key in sorted(k for k in set(a) | set(b) if k.startswith(prefixes)):
+            x, y = a.get(key), b.get(key)
+            same = x is not None and y is not None and (math.isnan(x) and math.isnan(y) or close(x, y))
+            if not same:
+                wrong.append((step, key, x, y))
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def overfit_pair(tmp_path_factory, data_root) -> dict[str, tuple]:
+    """`mode=overfit n=2 model=gpt` with trainer=fsdp (two processes) and trainer=cpu (one), same seed: overfit
+    mode gives every rank the same examples, so the two are the same run."""
+    runs = {}
+    for trainer in ("fsdp", "cpu"):
+        cwd = tmp_path_factory.mktemp(trainer)
+        result = train(
+            "mode=overfit", "n=2", "model=gpt", f"trainer={trainer}", *SHORT, cwd=cwd, data_root=data_root
+        )
+        runs[trainer] = (result, cwd / "run")
+    return runs
+
+
+@needs_probes
+@pytest.mark.slow  # two whole train.py runs, one of them two processes
+def test_fsdp_overfit_passes_and_its_probes_match_one_process(overfit_pair):
+    (result, run_dir), (alone, alone_dir) = overfit_pair["fsdp"], overfit_pair["cpu"]
+    assert result.returncode == 0 and alone.returncode == 0, (result.stderr + alone.stderr)[-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["status"] == "PASS" and verdict["accuracy"] == 1.0, verdict
+    assert (run_dir / "train_ddp_process_1.log").is_file(), "rank 1 never started: not a sharded run"
+    log = (run_dir / "train.log").read_text()
+    assert "fsdp: 2 ranks, 4 units (blocks.0, blocks.1, blocks.2, blocks.3)" in log, log[-2000:]
+    one, sharded = metrics(alone_dir), metrics(run_dir)
+    grads = {k for row in sharded.values() for k in row if k.startswith("grad_norm/")}
+    assert "grad_norm/blocks.0.attention.qkv.weight" in grads and not any("_fsdp" in k for k in grads), grads
+    assert len([s for s in sharded if "grad_norm/total" in sharded[s]]) == verdict["steps"]
+    # every logged per-layer norm and update ratio, at every step, under the same names
+    assert not mismatches(one, sharded, ("grad_norm/", "weight_norm/", "update_ratio/"), 1e-4)
+    # the whole tensors' statistics, the activations, the logits: the same too (a mean near 0 to 1e-7)
+    prefixes = ("grad_stats/", "weight_stats/", "act/", "logit/", "train/")
+    assert not mismatches(one, sharded, prefixes, 1e-4, floor=1e-7)
+    assert verdict["symptoms"] == [] and verdict["dead_params"] == []
+
+
+@needs_probes
+@pytest.mark.slow
+def test_the_preflight_runs_once_on_rank_0_before_sharding_and_says_so(overfit_pair):
+    result, run_dir = overfit_pair["fsdp"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["checks"] and all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
+    logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}
+    assert "preflight: run on rank 0 with the whole model, before sharding" in logs["train.log"]
+    assert [text.count("preflight (") for text in logs.values()].count(0) == 1, "rank 1 ran the preflight"
+
+
+SICK = ["preflight=false", "probes.datapoints=null", "probes.embeddings=null", "mode.target_loss=0"]
+
+
+@needs_probes
+@pytest.mark.slow
+def test_a_dead_relu_is_named_under_sharding(tmp_path, data_root):
+    result = train(
+        "trainer=fsdp",
+        "model._target_=tests.sick_models.NegativeBiasReLU",
+        "mode.max_steps=60",
+        *SICK,
+        *SHORT,
+        cwd=tmp_path,
+        data_root=data_root,
+    )
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "FAIL" and result.returncode == 1, result.stderr[-3000:]  # target_loss=0
+    [units] = [s for s in verdict["symptoms"] if s["name"] == "dead_units"]
+    assert units["where"] == "net.1" and units["value"] == 1.0, units
+    assert sorted(verdict["dead_params"]) == ["net.0.bias", "net.0.weight"], verdict
+
+
+@needs_probes
+@pytest.mark.slow
+def test_frozen_and_unused_parameters_are_named_under_sharding(tmp_path, data_root):
+    result = train(
+        "trainer=fsdp",
+        "model=rnn",
+        "model._target_=tests.fork_models.UnusedParamRNN",
+        "mode.max_steps=30",
+        *SICK,
+        *SHORT,
+        cwd=tmp_path,
+        data_root=data_root,
+    )
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "FAIL" and result.returncode == 1, result.stderr[-3000:]  # target_loss=0
+    assert sorted(verdict["dead_params"]) == ["head.bias", "unused"], verdict
+    rows = metrics(tmp_path / "run")
+    assert {row["grad_norm/missing"] for row in rows.values() if "grad_norm/missing" in row} == {2.0}
+    assert all(
+        row["grad_norm/rnn.weight_hh_l0"] > 0 for row in rows.values() if "grad_norm/rnn.weight_hh_l0" in row
+    )
+
+
+@pytest.mark.slow  # two whole runs of two processes each
+def test_fsdp_full_mode_gives_each_rank_its_share_as_ddp_does(tmp_path_factory, data_root):
+    """mode=full: each rank its own share of every epoch. Sharded or not, data parallelism over the same shares is
+    the same training: the losses of trainer=fsdp and trainer=ddp agree step by step."""
+    args = ["mode=full", "data.size=64", "data.batch_size=8", "mode.max_steps=6", "mode.val_every=3"]
+    args += [
+        "mode.ckpt_every=3",
+        "mode.log_every=1",
+        "preflight=false",
+        "mode.progress_bar=false",
+        *PROBES_OFF,
+    ]
+    runs = {}
+    for trainer in ("fsdp", "ddp"):
+        cwd = tmp_path_factory.mktemp(trainer)
+        result = train(f"trainer={trainer}", *args, "data.length=12", cwd=cwd, data_root=data_root)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[trainer] = cwd / "run"
+    verdict = json.loads((runs["fsdp"] / "verdict.json").read_text())
+    assert verdict["status"] == "DONE" and verdict["steps"] == 6 and verdict["val_loss"] is not None, verdict
+    sharded, ddp = metrics(runs["fsdp"]), metrics(runs["ddp"])
+    assert len([s for s in sharded if "train/loss" in sharded[s]]) == 6
+    assert not mismatches(ddp, sharded, ("train/", "val/"), 1e-4, floor=1e-7)
+    last = torch.load(runs["fsdp"] / "checkpoints" / "last.ckpt", weights_only=True)
+    reference = torch.load(runs["ddp"] / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 6 and sorted(last["state_dict"]) == sorted(reference["state_dict"])
