@@ -154,6 +154,12 @@ def test_fsdp_overfit_passes_and_its_probes_match_one_process(overfit_pair):
     prefixes = ("grad_stats/", "weight_stats/", "act/", "logit/", "train/")
     assert not mismatches(one, sharded, prefixes, 1e-4, floor=1e-7)
     assert verdict["symptoms"] == [] and verdict["dead_params"] == []
+    # the probes that run forward passes of their own: every rank runs them in step, rank 0 writes
+    assert not mismatches(one, sharded, ("grad_by_position/", "embeddings/"), 1e-4)
+    reference = json.loads((alone_dir / "verdict.json").read_text())["grad_by_position"]
+    for when in ("init", "final"):
+        assert verdict["grad_by_position"][when] == pytest.approx(reference[when], rel=1e-4), when
+    assert (run_dir / "datapoints.jsonl").read_text() == (alone_dir / "datapoints.jsonl").read_text()
 
 
 @needs_probes
