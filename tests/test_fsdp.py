@@ -174,6 +174,27 @@ def test_the_preflight_runs_once_on_rank_0_before_sharding_and_says_so(overfit_p
     assert [text.count("preflight (") for text in logs.values()].count(0) == 1, "rank 1 ran the preflight"
 
 
+@needs_probes
+@pytest.mark.slow  # two whole train.py runs, one of them two processes
+def test_a_hugging_face_model_with_activation_checkpointing_matches_one_process(tmp_path_factory, data_root):
+    """model=hf: its decoder layers are the units; activation checkpointing recomputes them in the backward
+    (composable: no wrapper, the names kept) and changes no figure."""
+    pytest.importorskip("transformers")
+    args = ["mode=overfit", "n=2", "model=hf", "preflight=false", *SHORT]
+    runs = {}
+    for trainer in (["trainer=fsdp", "trainer.strategy.activation_checkpointing=true"], ["trainer=cpu"]):
+        cwd = tmp_path_factory.mktemp(trainer[0].split("=")[1])
+        result = train(*args, *trainer, cwd=cwd, data_root=data_root)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[trainer[0]] = cwd / "run"
+    log = (runs["trainer=fsdp"] / "train.log").read_text()
+    assert "2 units (lm.model.layers.0, lm.model.layers.1) + the root, activation checkpointing" in log
+    one, sharded = metrics(runs["trainer=cpu"]), metrics(runs["trainer=fsdp"])
+    assert "grad_norm/lm.model.layers.1.self_attn.q_proj.weight" in sharded[0], sorted(sharded[0])[:5]
+    assert not mismatches(one, sharded, ("grad_norm/", "weight_norm/", "update_ratio/"), 1e-4)
+    assert not mismatches(one, sharded, ("act/", "train/"), 1e-4, floor=1e-7)
+
+
 SICK = ["preflight=false", "probes.datapoints=null", "probes.embeddings=null", "mode.target_loss=0"]
 
 
