@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from harness.cli.door import check_overrides
 from harness.models import GPT, Transformer
 from harness.train.devices import processes
 from harness.train.sharding import unit_names
-from tests.conftest import PROBES_OFF, needs_probes, train
+from tests.conftest import PROBES_OFF, needs_probes, run_command, train
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a whole run, short: synthetic data of length 12, plots off
@@ -266,3 +268,88 @@ def test_fsdp_full_mode_gives_each_rank_its_share_as_ddp_does(tmp_path_factory, 
     last = torch.load(runs["fsdp"] / "checkpoints" / "last.ckpt", weights_only=True)
     reference = torch.load(runs["ddp"] / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 6 and sorted(last["state_dict"]) == sorted(reference["state_dict"])
+
+
+COLLECTIVES = textwrap.dedent('''
+    """Two ranks, a sharded GPT; how many collectives the guard and the probes start at each step, as JSON."""
+    import json, sys
+
+    import pytorch_lightning as pl
+    import torch
+    import torch.distributed
+    from torch.utils.data import DataLoader
+
+    import harness.train.whole as whole
+    from harness.models import GPT
+    from harness.probes import ProbeSet
+    from harness.probes.dead import DeadGradients
+    from harness.probes.histograms import Histograms
+    from harness.probes.norms import ParameterNorms
+    from harness.train.module import HarnessModule
+    from harness.train.nonfinite import NonFiniteGuard
+    from harness.train.sharding import FSDP
+
+
+    class Counted:
+        """torch.distributed as harness.train.whole sees it, its all_reduce and all_gather counted."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def __getattr__(self, name):
+            found = getattr(torch.distributed, name)
+            if name not in ("all_reduce", "all_gather"):
+                return found
+
+            def counted(*args, **kwargs):
+                self.calls += 1
+                return found(*args, **kwargs)
+
+            return counted
+
+
+    class PerStep(pl.Callback):
+        def __init__(self, counter):
+            self.counter, self.steps = counter, []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.start = self.counter.calls
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.steps.append(self.counter.calls - self.start)
+
+
+    def example(i):
+        ids = torch.tensor([i + 1, 2, 3, 4, 5, 6])
+        return {"input_ids": ids, "targets": (ids * (i + 2)) % 9, "loss_mask": torch.ones(6, dtype=torch.bool)}
+
+
+    if __name__ == "__main__":
+        whole.dist = counter = Counted()
+        torch.manual_seed(0)
+        module = HarnessModule(GPT(vocab_size=9, max_len=6, d_model=16, layers=4, heads=2))
+        probes = ProbeSet([ParameterNorms(every=1, ratio_every=2), DeadGradients(every=1), Histograms(every=2)])
+        per_step = PerStep(counter)
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=FSDP(), max_steps=4, logger=False,
+                             callbacks=[NonFiniteGuard(), probes, per_step], enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(module, DataLoader([example(0), example(1)] * 4, batch_size=2))
+        if trainer.is_global_zero:
+            tensors = len(list(module.parameters()))
+            json.dump({"steps": per_step.steps, "tensors": tensors}, open(sys.argv[1], "w"))
+''')
+
+
+@needs_probes
+@pytest.mark.slow  # two processes
+def test_the_probes_reduce_once_a_logging_step_not_once_a_tensor(tmp_path):
+    """The guard's gradient norms (every step), the weight norms and update ratios (one reduction), the
+    histograms' statistics (one gather): a handful of collectives a step, however many tensors the model has."""
+    script, out = tmp_path / "collectives.py", tmp_path / "collectives.json"
+    script.write_text(COLLECTIVES)
+    result = run_command(sys.executable, str(script), str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counted = json.loads(out.read_text())
+    assert counted["tensors"] > 20, counted
+    # guard + norms every step; + the histograms' gather on even steps (no tracker: no buckets to sum)
+    assert counted["steps"] == [3, 2, 3, 2], counted
