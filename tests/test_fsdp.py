@@ -17,10 +17,11 @@ import torch
 from torch import nn
 
 from harness.cli.door import check_overrides
+from harness.cli.task import perform
 from harness.models import GPT, Transformer
 from harness.train.devices import processes
 from harness.train.sharding import unit_names
-from tests.conftest import PROBES_OFF, needs_probes, run_command, train
+from tests.conftest import PROBES_OFF, compose_config, needs_probes, run_command, train
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a whole run, short: synthetic data of length 12, plots off
@@ -242,32 +243,74 @@ def test_frozen_and_unused_parameters_are_named_under_sharding(tmp_path, data_ro
     )
 
 
-@pytest.mark.slow  # two whole runs of two processes each
-def test_fsdp_full_mode_gives_each_rank_its_share_as_ddp_does(tmp_path_factory, data_root):
+#: mode=full, short: 64 examples in batches of 8, validated and saved every 6 steps, probes and preflight off
+FULL = ["mode=full", "data.size=64", "data.batch_size=8", "mode.val_every=6", "mode.ckpt_every=6"]
+FULL += ["mode.log_every=1", "model.dropout=0.1", "preflight=false", "mode.progress_bar=false", *PROBES_OFF]
+
+
+@pytest.fixture(scope="module")
+def full_runs(tmp_path_factory, data_root) -> dict[str, Path]:
+    """mode=full, 12 steps: trainer=fsdp straight, fsdp 6 steps then resumed from its last.ckpt to 12, and ddp."""
+    runs = {}
+    for name, args in (
+        ("first", ["trainer=fsdp", "mode.max_steps=6"]),
+        ("resumed", ["trainer=fsdp", "mode.max_steps=12"]),
+        ("fsdp", ["trainer=fsdp", "mode.max_steps=12"]),
+        ("ddp", ["trainer=ddp", "mode.max_steps=12"]),
+    ):
+        cwd = tmp_path_factory.mktemp(name)
+        if name == "resumed":
+            args.append(f"ckpt_path={runs['first'] / 'checkpoints' / 'last.ckpt'}")
+        result = train(*args, *FULL, "data.length=12", cwd=cwd, data_root=data_root)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[name] = cwd / "run"
+    return runs
+
+
+def checkpoint(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+@pytest.mark.slow  # whole runs of two processes each
+def test_fsdp_full_mode_gives_each_rank_its_share_as_ddp_does(full_runs):
     """mode=full: each rank its own share of every epoch. Sharded or not, data parallelism over the same shares is
     the same training: the losses of trainer=fsdp and trainer=ddp agree step by step."""
-    args = ["mode=full", "data.size=64", "data.batch_size=8", "mode.max_steps=6", "mode.val_every=3"]
-    args += [
-        "mode.ckpt_every=3",
-        "mode.log_every=1",
-        "preflight=false",
-        "mode.progress_bar=false",
-        *PROBES_OFF,
-    ]
-    runs = {}
-    for trainer in ("fsdp", "ddp"):
-        cwd = tmp_path_factory.mktemp(trainer)
-        result = train(f"trainer={trainer}", *args, "data.length=12", cwd=cwd, data_root=data_root)
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs[trainer] = cwd / "run"
-    verdict = json.loads((runs["fsdp"] / "verdict.json").read_text())
-    assert verdict["status"] == "DONE" and verdict["steps"] == 6 and verdict["val_loss"] is not None, verdict
-    sharded, ddp = metrics(runs["fsdp"]), metrics(runs["ddp"])
-    assert len([s for s in sharded if "train/loss" in sharded[s]]) == 6
+    verdict = json.loads((full_runs["fsdp"] / "verdict.json").read_text())
+    assert verdict["status"] == "DONE" and verdict["steps"] == 12 and verdict["val_loss"] is not None, verdict
+    sharded, ddp = metrics(full_runs["fsdp"]), metrics(full_runs["ddp"])
+    assert len([s for s in sharded if "train/loss" in sharded[s]]) == 12
     assert not mismatches(ddp, sharded, ("train/", "val/"), 1e-4, floor=1e-7)
-    last = torch.load(runs["fsdp"] / "checkpoints" / "last.ckpt", weights_only=True)
-    reference = torch.load(runs["ddp"] / "checkpoints" / "last.ckpt", weights_only=True)
-    assert last["global_step"] == 6 and sorted(last["state_dict"]) == sorted(reference["state_dict"])
+    last, reference = checkpoint(full_runs["fsdp"]), checkpoint(full_runs["ddp"])
+    assert last["global_step"] == 12 and sorted(last["state_dict"]) == sorted(reference["state_dict"])
+
+
+@pytest.mark.slow
+def test_a_sharded_run_resumes_bit_for_bit_from_its_last_checkpoint(full_runs):
+    """Saved consolidated (one file, as without sharding), read back into the shards mid-epoch, dropout on: the
+    resumed run is the straight one, weights and losses."""
+    resumed, straight = checkpoint(full_runs["resumed"]), checkpoint(full_runs["fsdp"])
+    weights, expected = resumed["state_dict"], straight["state_dict"]
+    assert resumed["global_step"] == 12 and sorted(weights) == sorted(expected)
+    assert all(torch.equal(weights[k], expected[k]) for k in expected), "resumed weights differ"
+    after, losses = metrics(full_runs["resumed"]), metrics(full_runs["fsdp"])
+    steps = [step for step in after if "train/loss" in after[step]]
+    assert steps == list(range(6, 12)), steps
+    assert all(after[step]["train/loss"] == losses[step]["train/loss"] for step in steps)
+
+
+@pytest.mark.slow
+def test_mode_eval_reads_a_sharded_runs_checkpoint(full_runs, data_root, tmp_path):
+    """mode=eval measures the fsdp run's last.ckpt in one process, with that run's own config: the same figures
+    as the ddp run's checkpoint (the same training)."""
+    reports = {}
+    for name in ("fsdp", "ddp"):
+        ckpt = full_runs[name] / "checkpoints" / "last.ckpt"
+        cfg = compose_config(["mode=eval", f"ckpt_path={ckpt}", "mode.samples=0"], tmp_path / name, data_root)
+        assert perform(cfg)["status"] == "DONE"
+        reports[name] = json.loads((tmp_path / name / "eval.json").read_text())
+    assert reports["fsdp"]["checkpoint"] == str(full_runs["fsdp"] / "checkpoints" / "last.ckpt")
+    assert reports["fsdp"]["loss"] == pytest.approx(reports["ddp"]["loss"], rel=1e-4), reports
+    assert reports["fsdp"]["tokens"] == reports["ddp"]["tokens"] > 0
 
 
 COLLECTIVES = textwrap.dedent('''
