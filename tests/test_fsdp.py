@@ -92,6 +92,17 @@ def test_unsound_fsdp_settings_are_refused(argv, names, capsys, monkeypatch):
     assert stop.value.code == 2 and len(lines) == 1 and names in lines[0], lines
 
 
+def test_a_sharded_checkpoint_folder_is_refused_with_how_to_make_it_one_file(tmp_path):
+    from harness.errors import ConfigError
+    from harness.train.checkpoints import read_checkpoint
+
+    folder = tmp_path / "last.ckpt"  # what save_distributed_checkpoint=true writes: a folder
+    folder.mkdir()
+    with pytest.raises(ConfigError) as err:
+        read_checkpoint(str(folder))
+    assert str(err.value).startswith(f"ckpt_path={folder}") and "consolidate_checkpoint" in str(err.value)
+
+
 # --- two processes, one run ---------------------------------------------------------------------------------------
 
 
