@@ -30,11 +30,14 @@ def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
     device = tensors[0].device
 
     def per_tensor(results) -> torch.Tensor:
-        return rearrange([r.double() for r in results], "param -> param")
+        return rearrange(list(results), "param -> param").double()
 
-    empty = torch.tensor([math.inf, -math.inf], device=device)
-    ends = [torch.stack(torch.aminmax(t)) if t.numel() else empty for t in tensors]
-    lo, hi = (per_tensor(extreme) for extreme in zip(*ends, strict=True))
+    def extremes(t: torch.Tensor) -> tuple:
+        if t.numel():
+            return torch.aminmax(t)
+        return tuple(torch.tensor(end, dtype=t.dtype, device=device) for end in (math.inf, -math.inf))
+
+    lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
     total = per_tensor([t.sum(dtype=torch.float64) for t in tensors])
     squares = per_tensor(torch._foreach_powsum(tensors, 2, dtype=torch.float64))
     nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
