@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -21,7 +22,15 @@ from harness.cli.task import perform
 from harness.models import GPT, Transformer
 from harness.train.devices import processes
 from harness.train.sharding import unit_names
-from tests.conftest import PROBES_OFF, compose_config, needs_probes, run_command, train
+from tests.conftest import (
+    PROBES_OFF,
+    compose_config,
+    needs_probes,
+    run_command,
+    start_train,
+    train,
+    wait_for_steps,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a whole run, short: synthetic data of length 12, plots off
@@ -209,6 +218,16 @@ def test_a_hugging_face_model_with_activation_checkpointing_matches_one_process(
     assert not mismatches(one, sharded, ("act/", "train/"), 1e-4, floor=1e-7)
 
 
+@pytest.mark.slow
+def test_fsdp_mixed_precision_trains_in_bf16_and_passes(tmp_path, data_root):
+    """mixed_precision=bf16: the weights gathered and the blocks computed in bf16, the gradients reduced in fp32."""
+    args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "trainer.strategy.mixed_precision=bf16"]
+    result = train(*args, "preflight=false", *PROBES_OFF, "data.length=12", cwd=tmp_path, data_root=data_root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
+    assert "+ the root, bf16 compute" in (tmp_path / "run" / "train.log").read_text()
+
+
 SICK = ["preflight=false", "probes.datapoints=null", "probes.embeddings=null", "mode.target_loss=0"]
 
 
@@ -322,6 +341,28 @@ def test_mode_eval_reads_a_sharded_runs_checkpoint(full_runs, data_root, tmp_pat
     assert reports["fsdp"]["checkpoint"] == str(full_runs["fsdp"] / "checkpoints" / "last.ckpt")
     assert reports["fsdp"]["loss"] == pytest.approx(reports["ddp"]["loss"], rel=1e-4), reports
     assert reports["fsdp"]["tokens"] == reports["ddp"]["tokens"] > 0
+
+
+@pytest.mark.slow
+def test_fsdp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
+    """SIGTERM reaches rank 0 only: both ranks stop after the same step and gather the consolidated checkpoint
+    together (a save on rank 0 alone would wait for rank 1 forever), and the verdict says INTERRUPTED."""
+    args = ["mode=full", "trainer=fsdp", "data.size=64", "data.batch_size=8", "mode.max_steps=100000"]
+    args += [
+        "mode.log_every=1",
+        "mode.val_every=1000",
+        *PROBES_OFF,
+        "preflight=false",
+        "mode.progress_bar=false",
+    ]
+    process = start_train(f"data.root={data_root}", *args, run_dir=tmp_path / "run", cwd=tmp_path)
+    wait_for_steps(tmp_path / "run/metrics.csv", 5, process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, (out + err)[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "INTERRUPTED" and verdict["steps"] >= 5, verdict
+    assert checkpoint(tmp_path / "run")["global_step"] == verdict["steps"]
 
 
 COLLECTIVES = textwrap.dedent('''
