@@ -89,8 +89,13 @@ def test_fsdp_runs_one_process_a_device(make_config):
         (["trainer=fsdp", "trainer.devices=auto"], "trainer.devices=auto"),
         (["trainer=fsdp", "trainer.strategy.mixed_precision=fp8"], "trainer.strategy.mixed_precision=fp8"),
         (["trainer=fsdp", "trainer.devices=4096"], "trainer.devices=4096"),
+        (["trainer=ddp", "trainer.strategy=fsdp"], "trainer.strategy=fsdp: Lightning's FSDPStrategy (FSDP1)"),
+        (
+            ["trainer=ddp", "+trainer.strategy._target_=pytorch_lightning.strategies.ModelParallelStrategy"],
+            "trainer.strategy=pytorch_lightning.strategies.ModelParallelStrategy: a plain",
+        ),
     ],
-    ids=["local-sweep", "auto", "precision", "devices"],
+    ids=["local-sweep", "auto", "precision", "devices", "fsdp1", "model-parallel"],
 )
 def test_unsound_fsdp_settings_are_refused(argv, names, capsys, monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

@@ -67,17 +67,38 @@ def device_count(devices) -> int | None:
     )
 
 
-#: strategy classes (a `_target_`'s last name, lower case) that start one process a device, as ddp does
-SHARDED = ("fsdp", "fsdpstrategy", "modelparallelstrategy")
+#: the sharded strategy the harness runs (conf/trainer/fsdp.yaml): the probes read whole layers under it
+SHARDING = "harness.train.sharding.FSDP"
+#: strategy_name of the sharded strategies: one process a device, as ddp
+SHARDED = ("fsdp",)
 
 
 def strategy_name(trainer: DictConfig) -> str:
-    """`trainer.strategy` as a name: the string given, or for a strategy built from a `_target_` (trainer=fsdp)
-    the class's name in lower case (`fsdp`)."""
+    """`trainer.strategy` as a name: the string given, or `fsdp` for the harness's sharded strategy (trainer=fsdp),
+    or the `_target_` of any other strategy built from one."""
     strategy = trainer.get("strategy", "auto")
     if isinstance(strategy, DictConfig):
-        return str(strategy.get("_target_", "auto")).rsplit(".", 1)[-1].lower()
+        target = str(strategy.get("_target_", "auto"))
+        return "fsdp" if target == SHARDING else target
     return str(strategy)
+
+
+def check_sharding(trainer: DictConfig) -> None:
+    """Refuse the sharded strategies the probes cannot read whole: Lightning's FSDPStrategy (FSDP1: `fsdp`,
+    `fsdp_cpu_offload`, or its class) flattens each unit's parameters into one buffer, leaving every rank's
+    parameters views of its own slice under a wrapper's names; a plain ModelParallelStrategy shards nothing
+    itself (its LightningModule must), and without it the ranks' gradients are never averaged."""
+    strategy = trainer.get("strategy", "auto")
+    given = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
+    if given == "fsdp" or given.startswith("fsdp_") or given.endswith("FSDPStrategy"):
+        why = "Lightning's FSDPStrategy (FSDP1) flattens each block into one buffer: the probes would read one rank's slice"
+    elif given.endswith("ModelParallelStrategy"):
+        why = "a plain ModelParallelStrategy shards nothing and averages no gradient unless the module does"
+    else:
+        return
+    raise ConfigError(
+        "trainer.strategy", given, f"{why}; use trainer=fsdp (FSDP2, whole layers, the model's names)"
+    )
 
 
 def several(strategy: str) -> bool:
@@ -91,6 +112,7 @@ def processes(trainer: DictConfig) -> int:
     strategy = strategy_name(trainer)
     devices = trainer.get("devices", 1)
     count = device_count(devices)
+    check_sharding(trainer)
     if strategy.startswith("ddp_spawn"):
         raise ConfigError(
             "trainer.strategy",
