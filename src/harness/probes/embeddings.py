@@ -36,13 +36,16 @@ class Embeddings(Probe):
     def __init__(self, every: int | None = 50):
         super().__init__(every)
         self.last: tuple | None = None
+        self.taken: int | None = (
+            None  # the step of the latest snapshot, on every rank (rank 0 alone keeps `last`)
+        )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.due(trainer.global_step):
             self.snapshot(trainer, pl_module, trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.last is None or self.last[0] != trainer.global_step:
+        if self.taken != trainer.global_step:  # the same decision on every rank: a gather waits for all
             self.snapshot(trainer, pl_module, trainer.global_step)
         path = self.run.file("embeddings.png", plot=True)
         if trainer.is_global_zero and path and self.last is not None:
@@ -56,7 +59,7 @@ class Embeddings(Probe):
         embedding = getattr(pl_module.model, "token_embedding", None)
         if embedding is None or embedding.weight.shape[1] < 2:
             return
-        weight = embedding.weight
+        weight, self.taken = embedding.weight, step
         if is_shard(weight):  # sharded: the whole matrix, gathered by every rank (one all-gather a snapshot)
             weight = weight.full_tensor()
         if not trainer.is_global_zero:
