@@ -151,13 +151,12 @@ def mismatches(one: dict, sharded: dict, prefixes: tuple, rel: float, floor: flo
 @pytest.fixture(scope="module")
 def overfit_pair(tmp_path_factory, data_root) -> dict[str, tuple]:
     """`mode=overfit n=2 model=gpt` with trainer=fsdp (two processes) and trainer=cpu (one), same seed: overfit
-    mode gives every rank the same examples, so the two are the same run."""
+    mode gives every rank the same examples, so the two are the same run. TensorBoard: the histograms' buckets."""
     runs = {}
     for trainer in ("fsdp", "cpu"):
         cwd = tmp_path_factory.mktemp(trainer)
-        result = train(
-            "mode=overfit", "n=2", "model=gpt", f"trainer={trainer}", *SHORT, cwd=cwd, data_root=data_root
-        )
+        args = ["mode=overfit", "n=2", "model=gpt", f"trainer={trainer}", "logger=tensorboard", *SHORT]
+        result = train(*args, cwd=cwd, data_root=data_root)
         runs[trainer] = (result, cwd / "run")
     return runs
 
@@ -188,6 +187,30 @@ def test_fsdp_overfit_passes_and_its_probes_match_one_process(overfit_pair):
     for when in ("init", "final"):
         assert verdict["grad_by_position"][when] == pytest.approx(reference[when], rel=1e-4), when
     assert (run_dir / "datapoints.jsonl").read_text() == (alone_dir / "datapoints.jsonl").read_text()
+
+
+def histograms(run_dir: Path) -> dict[tuple[str, int], tuple]:
+    """Every histogram TensorBoard got: (tag, step) -> (entries, bucket counts)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"histograms": 0})
+    events.Reload()
+    return {
+        (tag, event.step): (event.histogram_value.num, list(event.histogram_value.bucket))
+        for tag in events.Tags()["histograms"]
+        for event in events.Histograms(tag)
+    }
+
+
+@needs_probes
+@pytest.mark.slow
+def test_histogram_buckets_count_the_whole_tensor_under_sharding(overfit_pair):
+    """Each rank counts its slice over the whole tensor's range; the counts summed are the one-process run's."""
+    (result, run_dir), (_, alone_dir) = overfit_pair["fsdp"], overfit_pair["cpu"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    sharded, one = histograms(run_dir), histograms(alone_dir)
+    assert ("grad_hist/blocks.0.attention.qkv.weight", 0) in one and len(one) > 50, sorted(one)[:5]
+    assert sharded == one
 
 
 @needs_probes
