@@ -106,6 +106,13 @@ def test_unsound_fsdp_settings_are_refused(argv, names, capsys, monkeypatch):
     assert stop.value.code == 2 and len(lines) == 1 and names in lines[0], lines
 
 
+def test_one_sharded_process_passes_the_door():
+    """One rank: the door builds the Trainer but fits nothing with it (its one-step trial module has no model to
+    shard); the run itself shards the harness's module."""
+    overrides = ["trainer=fsdp", "trainer.devices=1", "hydra.run.dir=unused", "hydra.sweep.dir=unused"]
+    assert check_overrides(overrides, ROOT / "conf") == []
+
+
 def test_a_sharded_checkpoint_folder_is_refused_with_how_to_make_it_one_file(tmp_path):
     from harness.errors import ConfigError
     from harness.train.checkpoints import read_checkpoint
