@@ -254,6 +254,24 @@ def test_a_hugging_face_model_with_activation_checkpointing_matches_one_process(
 
 
 @pytest.mark.slow
+def test_a_nonfinite_gradient_stops_every_sharded_rank_with_its_verdict(tmp_path, data_root):
+    """The guard's norms are the whole gradients' (reduced across ranks), so every rank sees the NaN at the same
+    step, stops before its update and names the module (a forward run by every rank, in step)."""
+    args = [
+        "mode=overfit",
+        "n=2",
+        "trainer=fsdp",
+        "model=rnn",
+        "model._target_=tests.fork_models.ExplodingGRU",
+    ]
+    result = train(*args, "preflight=false", *PROBES_OFF, "data.length=12", cwd=tmp_path, data_root=data_root)
+    assert result.returncode == 4, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "NONFINITE" and "blowup" in verdict["nonfinite"]["where"], verdict
+    assert verdict["nonfinite"]["step"] == verdict["steps"], verdict
+
+
+@pytest.mark.slow
 def test_fsdp_mixed_precision_trains_in_bf16_and_passes(tmp_path, data_root):
     """mixed_precision=bf16: the weights gathered and the blocks computed in bf16, the gradients reduced in fp32."""
     args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "trainer.strategy.mixed_precision=bf16"]
