@@ -272,6 +272,19 @@ def test_a_nonfinite_gradient_stops_every_sharded_rank_with_its_verdict(tmp_path
 
 
 @pytest.mark.slow
+def test_a_nan_in_one_ranks_slice_alone_stops_every_rank(tmp_path, data_root):
+    """NaNInOneRow: only rank 1's slice of `trap`'s gradient is NaN. Judged on its own slice, rank 0 would step on
+    while rank 1 stopped, and wait for it forever (the timeout turns that into a failure); judged on the whole
+    gradient, both stop at step 0."""
+    args = ["mode=overfit", "n=2", "trainer=fsdp", "model._target_=tests.sick_models.NaNInOneRow"]
+    args += ["preflight=false", *PROBES_OFF, "data.length=12"]
+    result = train(*args, cwd=tmp_path, data_root=data_root, timeout=120)
+    assert result.returncode == 4, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["nonfinite"] == {"step": 0, "where": "non-finite gradient in model.trap"}, verdict
+
+
+@pytest.mark.slow
 def test_fsdp_mixed_precision_trains_in_bf16_and_passes(tmp_path, data_root):
     """mixed_precision=bf16: the weights gathered and the blocks computed in bf16, the gradients reduced in fp32."""
     args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "trainer.strategy.mixed_precision=bf16"]
