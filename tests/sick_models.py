@@ -183,3 +183,15 @@ class NaNInOneRow(Stack):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.net(self.token_embedding(input_ids))
         return self.head(x + 0 * PoisonRow.apply(self.trap).sum(0))
+
+
+class HalfUsed(Stack):
+    """`pair` [2, d_model]: the forward reads its second row only, so its first row's gradient is always zero.
+    Under two-way sharding rank 0's slice looks dead; the parameter is alive."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, **_):
+        super().__init__(vocab_size, d_model, nn.Sequential(nn.Linear(d_model, d_model)))
+        self.pair = nn.Parameter(torch.zeros(2, d_model))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(self.token_embedding(input_ids)) + self.pair[1])

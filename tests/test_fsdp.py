@@ -367,6 +367,19 @@ def checkpoint(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
 
 
+@needs_probes
+@pytest.mark.slow
+def test_a_parameter_dead_in_one_ranks_slice_but_alive_in_the_others_is_alive(tmp_path, data_root):
+    """HalfUsed: rank 0's slice of `pair` never gets a gradient, rank 1's does: the whole gradient is not zero."""
+    args = ["trainer=fsdp", "model._target_=tests.sick_models.HalfUsed", "mode.max_steps=15", *SICK, *SHORT]
+    result = train(*args, cwd=tmp_path, data_root=data_root)
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "FAIL" and result.returncode == 1, result.stderr[-3000:]  # target_loss=0
+    assert verdict["dead_params"] == [] and verdict["steps"] == 15, verdict
+    norms = [row["grad_norm/pair"] for row in metrics(tmp_path / "run").values() if "grad_norm/pair" in row]
+    assert len(norms) == 15 and min(norms) > 0, norms
+
+
 @pytest.mark.slow  # whole runs of two processes each
 def test_fsdp_full_mode_gives_each_rank_its_share_as_ddp_does(full_runs):
     """mode=full: each rank its own share of every epoch. Sharded or not, data parallelism over the same shares is
