@@ -75,6 +75,19 @@ def test_units_of_a_hugging_face_model_are_its_layers():
     assert unit_names(model) == ["lm.model.layers.0", "lm.model.layers.1"]
 
 
+def test_parameter_names_are_the_models_own_under_any_wrapper():
+    """A wrapper's infix (FSDP1's, wrapper-style activation checkpointing's, torch.compile's) is not a name of
+    the model: the probes log `blocks.0.weight` whichever wraps it."""
+    from harness.probes.norms import parameter_names
+
+    inner = nn.Module()
+    inner._checkpoint_wrapped_module = nn.Linear(2, 2)
+    wrapped = nn.Module()
+    wrapped._fsdp_wrapped_module = nn.ModuleDict({"blocks": nn.ModuleList([inner])})
+    names = [name for name, _ in parameter_names(wrapped)]
+    assert names == ["blocks.0.weight", "blocks.0.bias"], names
+
+
 # --- the door ---------------------------------------------------------------------------------------------------
 
 
