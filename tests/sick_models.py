@@ -156,3 +156,42 @@ class LlamaDeadReLU(HFCausalLM):
         for layer in self.lm.model.layers:
             layer.mlp.forward = types.MethodType(llama_mlp_with_relu, layer.mlp)
             nn.init.constant_(layer.mlp.gate_proj.bias, bias)
+
+
+class PoisonRow(torch.autograd.Function):
+    """The identity; in the backward, row 1 of the gradient turns NaN."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor) -> torch.Tensor:
+        return weight.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        grad[1] = float("nan")
+        return grad
+
+
+class NaNInOneRow(Stack):
+    """`trap` [2, d_model]: its gradient is NaN in its second row only, so that under two-way sharding (rows split
+    between the ranks) only rank 1's slice holds the NaN; the forward stays finite."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, **_):
+        super().__init__(vocab_size, d_model, nn.Sequential(nn.Linear(d_model, d_model)))
+        self.trap = nn.Parameter(torch.zeros(2, d_model))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.net(self.token_embedding(input_ids))
+        return self.head(x + 0 * PoisonRow.apply(self.trap).sum(0))
+
+
+class HalfUsed(Stack):
+    """`pair` [2, d_model]: the forward reads its second row only, so its first row's gradient is always zero.
+    Under two-way sharding rank 0's slice looks dead; the parameter is alive."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, **_):
+        super().__init__(vocab_size, d_model, nn.Sequential(nn.Linear(d_model, d_model)))
+        self.pair = nn.Parameter(torch.zeros(2, d_model))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(self.token_embedding(input_ids)) + self.pair[1])

@@ -323,6 +323,7 @@ def test_the_config_files_values_all_build():
         ["model=lstm", "loss=z_loss"],
         ["experiment=lm"],
         ["trainer=ddp"],  # several processes: built, not fitted at the door
+        ["trainer=fsdp"],  # sharded: the strategy built from its _target_, not fitted
     ):
         assert check_overrides([*overrides, "hydra.run.dir=unused", "hydra.sweep.dir=unused"], CONF) == []
 

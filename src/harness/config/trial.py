@@ -104,7 +104,7 @@ def trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) 
     a one-weight module through a Trainer of the same given arguments (Lightning refuses some, as
     accumulate_grad_batches=0, only when it fits). Where a cluster runs the job (`devices` False) its accelerator,
     devices, strategy and nodes are not this machine's to try; a run of several processes is not fitted here."""
-    from harness.train.devices import processes
+    from harness.train.devices import SHARDED, processes, strategy_name
     from harness.train.trainer import build_callbacks, build_trainer
 
     callbacks = build_callbacks(cfg)
@@ -115,7 +115,9 @@ def trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) 
                 if name in cfg.trainer:
                     cfg.trainer[name] = value
     build_trainer(cfg, Path.cwd(), callbacks, [], base=base.get("trainer"), order=under("trainer", given))
-    if processes(cfg.trainer) == 1 and cfg.trainer.get("num_nodes", 1) == 1:
+    # fitted here: one process, unsharded (a sharded strategy shards the module it fits: the harness's, at the run)
+    alone = processes(cfg.trainer) == 1 and cfg.trainer.get("num_nodes", 1) == 1
+    if alone and strategy_name(cfg.trainer) not in SHARDED:
         built(
             "trainer", cfg.trainer, base.get("trainer"), under("trainer", given), one_step, what="Lightning"
         )

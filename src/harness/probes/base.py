@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import pytorch_lightning as pl
 from harness.errors import ConfigError
 from harness.ops.loss import CrossEntropy, Loss
 from harness.probes.sink import MetricSink
+from harness.train.whole import sharded
+
+log = logging.getLogger(__name__)
 
 
 def due(step: int, every: int | None) -> bool:
@@ -28,6 +32,16 @@ def whole(name: str, value, minimum: int, hint: str, optional: bool = False):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(name, value, f"must be a whole number >= {minimum}{' or null' * optional}; {hint}")
     return value
+
+
+def off_when_sharded(trainer, pl_module, what: str, why: str) -> bool:
+    """Whether the model is sharded (trainer=fsdp), where `what` cannot be had cheaply: then it is off, and rank 0
+    says so once, with `why`, rather than logging a figure of one rank's slice."""
+    if not sharded(pl_module.parameters()):
+        return False
+    if trainer.is_global_zero:
+        log.info("%s off under sharding: %s", what, why)
+    return True
 
 
 @dataclass

@@ -14,6 +14,7 @@ from harness.probes.base import Probe, whole
 from harness.probes.datapoints import collate
 from harness.probes.emit import has_tracker, log_image, own_randomness
 from harness.probes.position import input_grad_by_position, reach
+from harness.train.whole import sharded
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class GradByPosition(Probe):
         self.init: list[float] | None = None
         self.final: list[float] | None = None
         self.batch: dict[str, torch.Tensor] | None = None
+        self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         if not hasattr(pl_module.model, "token_embedding"):
@@ -39,6 +41,9 @@ class GradByPosition(Probe):
                 "grad_by_position probe off: the model has no `token_embedding` (see docs/contracts.md, Model)"
             )
             return
+        # sharded (trainer=fsdp): its forward and backward gather each block from every rank, so every rank
+        # measures the same fixed batch in step (torch.autograd.grad: no parameter's gradient is touched)
+        self.sharded = sharded(pl_module.parameters())
         self.batch = collate(self.run.data, "train", self.examples)
         if (
             self.init is None
@@ -57,9 +62,9 @@ class GradByPosition(Probe):
             self.measure(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        self.final = self.measure(trainer, pl_module)
         if self.batch is None or not trainer.is_global_zero:
             return
-        self.final = self.measure(trainer, pl_module)
         tracker, path = has_tracker(trainer), self.run.file("grad_by_position.png", plot=True)
         if not (path or tracker):
             return
@@ -76,14 +81,17 @@ class GradByPosition(Probe):
             log_image(trainer, "grad_by_position", to_rgb(figure), trainer.global_step)
 
     def measure(self, trainer, pl_module) -> list[float] | None:
-        """‖∂L/∂e_t‖ per position now (rank 0 only), on a random stream of its own."""
-        if self.batch is None or not trainer.is_global_zero:
+        """‖∂L/∂e_t‖ per position now (rank 0 only, or every rank in step under sharding), on a random stream
+        of its own."""
+        if self.batch is None or not (trainer.is_global_zero or self.sharded):
             return None
         device = pl_module.device
         with own_randomness(device):
             norms = input_grad_by_position(
                 pl_module.model, {k: v.to(device) for k, v in self.batch.items()}, self.run.loss
             )
+        if not trainer.is_global_zero:
+            return None
         norms = norms.tolist()
         step = trainer.global_step
         self.profiles[step] = norms

@@ -17,6 +17,7 @@ from einops import rearrange
 from harness.batches import first_rows
 from harness.probes.base import Probe, due, whole
 from harness.probes.emit import log_table, own_randomness
+from harness.train.whole import sharded
 
 MASKED, PADDING = "·", "░"
 VISIBLE = {"\n": "⏎", "\t": "⇥", "\r": "␍", "\x7f": "␡"}
@@ -100,8 +101,12 @@ class Datapoints(Probe):
         self.rows: list[tuple[str, int]] = []
         self.last_step: int | None = None
         self.texts: list[str] = []
+        self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
+        # sharded (trainer=fsdp): a forward pass gathers each block from every rank, so every rank runs the same
+        # passes on the same fixed examples, in step; rank 0 writes
+        self.sharded = sharded(pl_module.parameters())
         data = self.run.data
         self.texts = token_texts(data.tokenizer)
         train, val = data.train_dataset, data.val_dataset
@@ -132,8 +137,9 @@ class Datapoints(Probe):
 
     @torch.no_grad()
     def dump(self, trainer, pl_module, step: int, examples: bool = True, generate: bool = True) -> None:
-        """Decode the fixed examples' predictions at `step`; write and log them (rank 0 only)."""
-        if not trainer.is_global_zero or not self.batches:
+        """Decode the fixed examples' predictions at `step`; write and log them (rank 0 only; under sharding
+        every rank runs the forward passes with it)."""
+        if not (trainer.is_global_zero or self.sharded) or not self.batches:
             return
         self.last_step = step
         model, device = pl_module.model, pl_module.device
@@ -148,6 +154,8 @@ class Datapoints(Probe):
                     rows += self.continue_prompts(model, device, step)
         finally:
             model.train(was_training)
+        if not trainer.is_global_zero:
+            return
         path = self.run.file("datapoints.jsonl")
         if path is not None:
             with path.open("a") as f:

@@ -3,6 +3,9 @@ threshold for `patience` steps in a row is reported by name, once (console, verd
 
 Its streak counters live on the device and are updated every step without a sync, from the gradient norms
 the non-finite guard has just taken (norms.gradient_norms); they are read on the host every `every` steps.
+Under sharding (trainer=fsdp) the norms are the whole gradients' (the guard's, reduced across ranks every step):
+a parameter dead in one rank's slice and alive in another's is alive. Every rank counts; rank 0 reports.
+
 Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from harness.probes.base import Probe, whole
 from harness.probes.norms import find_guard, gradient_norms, parameter_names
 from harness.report.symptoms import Symptom
 from harness.train.nonfinite import NonFiniteGuard
+from harness.train.whole import local, sharded
 
 
 def dead_threshold(dtype: torch.dtype, threshold: float | None) -> float:
@@ -45,6 +49,7 @@ class DeadGradients(Probe):
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None
         self.pending: int | None = None  # the step whose flags are read at the end of its batch
+        self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.guard = find_guard(trainer)
@@ -53,7 +58,8 @@ class DeadGradients(Probe):
         self.params = [p for _, p in named]
         if not self.params:
             return
-        device = self.params[0].device
+        self.sharded = sharded(self.params)  # every rank takes part in the norms' reduction
+        device = local(self.params[0]).device
         self.thresholds = torch.tensor(
             [dead_threshold(p.dtype, self.threshold) for p in self.params], device=device
         )
@@ -62,13 +68,14 @@ class DeadGradients(Probe):
 
     @torch.no_grad()
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        if not self.params or not trainer.is_global_zero:
+        if not self.params or not (trainer.is_global_zero or self.sharded):
             return
-        grad_norms = rearrange(gradient_norms(self.params, self.guard)[0], "param -> param").float()
+        norms = gradient_norms(self.params, self.guard, self.sharded)[0]
+        grad_norms = rearrange(norms, "param -> param").float()
         # on the device, every step: no sync
         self.streak = (self.streak + 1) * (grad_norms <= self.thresholds)
         self.fired |= self.streak >= self.patience
-        if self.due(trainer.global_step):
+        if self.due(trainer.global_step) and trainer.is_global_zero:
             self.pending = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

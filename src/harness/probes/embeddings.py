@@ -11,6 +11,7 @@ import torch
 from harness.probes.base import Probe
 from harness.probes.datapoints import visible
 from harness.probes.emit import has_tracker, log_image
+from harness.train.whole import is_shard
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,16 @@ class Embeddings(Probe):
     def __init__(self, every: int | None = 50):
         super().__init__(every)
         self.last: tuple | None = None
+        self.taken: int | None = (
+            None  # the step of the latest snapshot, on every rank (rank 0 alone keeps `last`)
+        )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.due(trainer.global_step):
             self.snapshot(trainer, pl_module, trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.last is None or self.last[0] != trainer.global_step:
+        if self.taken != trainer.global_step:  # the same decision on every rank: a gather waits for all
             self.snapshot(trainer, pl_module, trainer.global_step)
         path = self.run.file("embeddings.png", plot=True)
         if trainer.is_global_zero and path and self.last is not None:
@@ -53,9 +57,14 @@ class Embeddings(Probe):
     @torch.no_grad()
     def snapshot(self, trainer, pl_module, step: int) -> None:
         embedding = getattr(pl_module.model, "token_embedding", None)
-        if not trainer.is_global_zero or embedding is None or embedding.weight.shape[1] < 2:
+        if embedding is None or embedding.weight.shape[1] < 2:
             return
-        coords, explained = project(embedding.weight)
+        weight, self.taken = embedding.weight, step
+        if is_shard(weight):  # sharded: the whole matrix, gathered by every rank (one all-gather a snapshot)
+            weight = weight.full_tensor()
+        if not trainer.is_global_zero:
+            return
+        coords, explained = project(weight)
         coords, explained = coords.tolist(), explained.tolist()
         tokenizer = self.run.data.tokenizer
         labels = [visible(tokenizer.decode([i])) for i in range(len(coords))]

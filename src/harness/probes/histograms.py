@@ -14,45 +14,74 @@ from einops import rearrange
 from harness.probes.base import Probe, whole
 from harness.probes.emit import has_tracker, log_histograms
 from harness.probes.norms import parameter_names
+from harness.train.whole import gathered, local, reduce, sharded
 
 STATS = ("min", "max", "mean", "std", "zero_frac")
 
 
-def summarize(tensors: list[torch.Tensor], bins: int | None) -> torch.Tensor:
-    """Float[param, 7 (+ 2 bins + 1)]: min, max, mean, std (unbiased), zero fraction, sum, sum of squares of
-    each (non-empty) tensor, then (if `bins`) its histogram counts over [min, max] and the bin edges.
+def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Float64[param, 6]: min, max, sum, sum of squares, nonzero entries and entries of each tensor (this rank's
+    slice of it under sharding: an empty slice has min +inf and max -inf, what a reduction across ranks ignores).
 
     Four reads of each tensor and no copy: aminmax, count_nonzero, and the sum and the sum of squares, both
     accumulated in float64, so that the std from E[x²] - E[x]² keeps ~7 digits even for weights near 1 with a
     spread of 1e-4 (LayerNorm) and is exactly 0 for a constant tensor. (Deviations from the mean would cost a
-    copy and a fifth read; torch.std_mean runs ~2x slower on the CPU.) The buckets take one torch.histc a
-    tensor, whose range needs the extremes on the host: one sync, on the steps that make histograms only."""
+    copy and a fifth read; torch.std_mean runs ~2x slower on the CPU.)"""
     device = tensors[0].device
-    count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
 
     def per_tensor(results) -> torch.Tensor:
-        return rearrange(list(results), "param -> param")
+        return rearrange(list(results), "param -> param").double()
 
-    lo, hi = (
-        per_tensor(extreme).float() for extreme in zip(*[torch.aminmax(t) for t in tensors], strict=True)
-    )
+    def extremes(t: torch.Tensor) -> tuple:
+        if t.numel():
+            return torch.aminmax(t)
+        return tuple(torch.tensor(end, dtype=t.dtype, device=device) for end in (math.inf, -math.inf))
+
+    lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
     total = per_tensor([t.sum(dtype=torch.float64) for t in tensors])
     squares = per_tensor(torch._foreach_powsum(tensors, 2, dtype=torch.float64))
+    nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
+    count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
+    return rearrange([lo, hi, total, squares, nonzero, count], "stat param -> param stat")
+
+
+def across_ranks(stats: torch.Tensor) -> torch.Tensor:
+    """slice_stats of every rank's slices combined into the whole tensors' (one all-gather): the least min,
+    the greatest max, the sums summed."""
+    every = gathered(stats)  # [rank, param, stat]
+    return torch.cat([every[..., 0:1].amin(0), every[..., 1:2].amax(0), every[..., 2:].sum(0)], dim=1)
+
+
+def summarize(tensors: list[torch.Tensor], bins: int | None, shards: bool = False) -> torch.Tensor:
+    """Float[param, 7 (+ 2 bins + 1)]: min, max, mean, std (unbiased), zero fraction, sum, sum of squares of
+    each (non-empty) tensor, then (if `bins`) its histogram counts over [min, max] and the bin edges. Under
+    sharding (`shards`: the tensors are this rank's slices, every rank calls this) the whole tensors' figures:
+    the statistics gathered once, the buckets' counts summed once. The buckets take one torch.histc a tensor,
+    whose range needs the extremes on the host: one sync, on the steps that make histograms only."""
+    device = tensors[0].device
+    stats = slice_stats(tensors)
+    if shards:
+        stats = across_ranks(stats)
+    lo, hi, total, squares, nonzero, count = rearrange(stats, "param stat -> stat param")
     mean = total / count
     variance = ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0)  # unbiased; 0 for one entry
-    zeros = 1 - per_tensor([torch.count_nonzero(t) for t in tensors]) / count
-    stats = [mean, variance.sqrt(), zeros, total, squares]
-    columns = rearrange([lo, hi, *(stat.float() for stat in stats)], "stat param -> param stat")
+    zeros = 1 - nonzero / count
+    columns = rearrange([lo, hi, mean, variance.sqrt(), zeros, total, squares], "stat param -> param stat")
+    columns = columns.float()
     if not bins:
         return columns
+    lo, hi = lo.float(), hi.float()
     width = torch.where(hi > lo, hi - lo, 1.0)  # a constant tensor (a bias at init) gets a unit-wide range
     ranges = [  # [min, max] exactly (min + width can round below max: the top entry would fall out)
         (low, high if high > low else low + max(1.0, abs(low))) if math.isfinite(low + high) else (0.0, 1.0)
         for low, high in rearrange([lo, hi], "end param -> param end").tolist()
     ]  # a constant tensor: a unit-wide range from its value; a NaN or inf: counts 0
     counts = [torch.histc(t.float(), bins, low, high) for t, (low, high) in zip(tensors, ranges, strict=True)]
+    counts = rearrange(counts, "param bin -> param bin")
+    if shards:
+        counts = reduce(counts)  # every rank's slice counted over the same buckets: summed
     edges = lo[:, None] + width[:, None] * torch.linspace(0, 1, bins + 1, device=device)
-    return torch.cat([columns, rearrange(counts, "param bin -> param bin"), edges], dim=1)
+    return torch.cat([columns, counts, edges], dim=1)
 
 
 class Histograms(Probe):
@@ -64,24 +93,29 @@ class Histograms(Probe):
         super().__init__(every)
         self.bins = whole("bins", bins, 1, "buckets per histogram (try 64)")
         self.named: list = []
+        self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.named = parameter_names(pl_module)
+        self.sharded = sharded(p for _, p in self.named)  # then every rank takes part, rank 0 logs
 
     @torch.no_grad()
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or not self.due(step):
+        if not (trainer.is_global_zero or self.sharded) or not self.due(step):
             return
-        entries = [("grad", name, p.grad) for name, p in self.named if p.grad is not None and p.numel()]
-        entries += [("weight", name, p.detach()) for name, p in self.named if p.numel()]
+        entries = [
+            ("grad", name, local(p.grad)) for name, p in self.named if p.grad is not None and p.numel()
+        ]
+        entries += [("weight", name, local(p.detach())) for name, p in self.named if p.numel()]
         if not entries:
             return
         bins = self.bins if has_tracker(trainer) else None  # the buckets only matter to a tracker
         histograms, metrics = {}, {}
-        rows = summarize(
-            [t for *_, t in entries], bins
-        ).tolist()  # gradients and weights at once: one transfer
+        # gradients and weights at once: one transfer (and under sharding one gather, one sum of the counts)
+        rows = summarize([t for *_, t in entries], bins, self.sharded).tolist()
+        if not trainer.is_global_zero:
+            return
         for (kind, name, _), row in zip(entries, rows, strict=True):
             metrics.update({f"{kind}_stats/{name}/{stat}": row[i] for i, stat in enumerate(STATS)})
             if bins:

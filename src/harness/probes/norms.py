@@ -7,6 +7,10 @@ one `torch._foreach_norm` call, and the step's numbers reach the host in one tra
 (A norm is taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to
 zero under flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
 
+Under sharding (trainer=fsdp) every rank computes its slices' figures and the whole layers' come from one all-reduce
+a logging step (harness.train.whole): the gradients' from the guard, which reduces them every step anyway, the
+weights' and the updates' packed together at the end of the step. Rank 0 logs them.
+
 Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from torch import nn
 
 from harness.probes.base import Probe, due, whole
 from harness.train.nonfinite import NonFiniteGuard
+from harness.train.whole import local, names_of, reduce, sharded
+from harness.train.whole import norms as whole_norms
 
 
 def parameter_names(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """(name, parameter) for every parameter, frozen ones included, without the LightningModule's "model."."""
-    named = list(module.named_parameters())
+    named = names_of(module)  # a wrapper's infix (FSDP1's `_fsdp_wrapped_module.`) taken out
     prefix = "model." if named and all(name.startswith("model.") for name, _ in named) else ""
     return [(name[len(prefix) :], p) for name, p in named]
 
@@ -35,20 +41,21 @@ def find_guard(trainer: pl.Trainer) -> NonFiniteGuard | None:
 
 
 def gradient_norms(
-    params: list[nn.Parameter], guard: NonFiniteGuard | None
+    params: list[nn.Parameter], guard: NonFiniteGuard | None, shards: bool = False
 ) -> tuple[list[torch.Tensor], int]:
     """(the norm of each parameter's gradient, a 0-dim tensor on the device, 0 where it has none; how many
     have none). The guard's norms of these very gradients when it has taken them this step (it runs before
-    the probes), else one `torch._foreach_norm` call."""
+    the probes), else one `torch._foreach_norm` call; under sharding (`shards`) the whole gradients' norms,
+    either way (a collective: every rank calls this)."""
     grads = [p.grad for p in params]
     present = [g for g in grads if g is not None]
     checked, checked_norms = guard.checked if guard is not None else ([], [])
     if len(checked) == len(present) and all(a is b for a, b in zip(checked, present, strict=True)):
         norms = list(checked_norms)
     else:
-        norms = list(torch._foreach_norm(present)) if present else []
+        norms = whole_norms(present, shards)
     if len(present) < len(grads):  # a missing gradient: norm 0, counted
-        found, zero = iter(norms), torch.zeros((), device=params[0].device)
+        found, zero = iter(norms), torch.zeros((), device=local(params[0]).device)
         norms = [zero if g is None else next(found) for g in grads]
     return norms, len(grads) - len(present)
 
@@ -66,40 +73,50 @@ class ParameterNorms(Probe):
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None
+        self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.guard = find_guard(trainer)
         named = parameter_names(pl_module)
         self.params = [p for _, p in named]
+        self.sharded = sharded(self.params)  # then every rank computes, rank 0 logs
         self.grad_keys = [f"grad_norm/{name}" for name, _ in named]
         self.weight_keys = [f"weight_norm/{name}" for name, _ in named]
         self.ratio_keys = [f"update_ratio/{name}" for name, _ in named]
         # the weights before an update-ratio step's update, refilled in place on those steps only
-        self.before = [torch.empty_like(p).detach() for p in self.params] if self.ratio_every else []
+        self.before = [torch.empty_like(local(p)).detach() for p in self.params] if self.ratio_every else []
 
     @torch.no_grad()
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         step = trainer.global_step
-        if not self.params or not trainer.is_global_zero or not self.due(step):
+        if not self.params or not (trainer.is_global_zero or self.sharded) or not self.due(step):
             return  # nothing logged: nothing computed, no sync
-        grad_norms, missing = gradient_norms(self.params, self.guard)
-        norms = rearrange([*grad_norms, *torch._foreach_norm(self.params)], "param -> param").float()
+        grad_norms, missing = gradient_norms(self.params, self.guard, self.sharded)
+        slices = [local(p) for p in self.params]
+        weights = rearrange(list(torch._foreach_norm(slices)), "param -> param")  # this rank's slices'
         ratio_now = due(step, self.ratio_every)
         if ratio_now:
-            torch._foreach_copy_(self.before, self.params)
-        self.pending = (step, norms, missing, ratio_now)
+            torch._foreach_copy_(self.before, slices)
+        grads = rearrange(grad_norms, "param -> param").float()
+        self.pending = (step, grads, weights, missing, ratio_now)
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.pending is None:
             return
-        step, norms, missing, ratio_now = self.pending
+        step, grads, weights, missing, ratio_now = self.pending
         self.pending = None
-        parts = [norms]
+        parts = [weights]
         if ratio_now:
-            torch._foreach_sub_(self.before, self.params)  # before - after = -Δw, in place: no allocation
-            parts.append(rearrange(list(torch._foreach_norm(self.before)), "param -> param").float())
-        packed = torch.cat(parts).tolist()  # the step's one transfer
+            slices = [local(p) for p in self.params]
+            torch._foreach_sub_(self.before, slices)  # before - after = -Δw, in place: no allocation
+            parts.append(rearrange(list(torch._foreach_norm(self.before)), "param -> param"))
+        own = torch.cat(parts)
+        if self.sharded:  # the slices' squares summed across ranks: one all-reduce
+            own = reduce(own.double().square()).sqrt()
+        if not trainer.is_global_zero:
+            return
+        packed = torch.cat([grads, own.float()]).tolist()  # the step's one transfer
         count = len(self.params)
         grad, weight = packed[:count], packed[count : 2 * count]
         metrics = dict(zip(self.grad_keys, grad, strict=True))

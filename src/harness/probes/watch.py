@@ -9,7 +9,7 @@ import logging
 
 from pytorch_lightning.loggers import WandbLogger
 
-from harness.probes.base import Probe, whole
+from harness.probes.base import Probe, off_when_sharded, whole
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,12 @@ class WandbWatch(Probe):
         logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
         if logger is None:
             log.warning("probes.wandb_watch=true is ignored: the wandb logger is not active (logger=wandb)")
+            return
+        why = (
+            "wandb.watch reads each tensor on rank 0, which holds one slice of every weight and gradient; the "
+            "norms and histograms probes report the whole layers"
+        )
+        if off_when_sharded(trainer, pl_module, "probes.wandb_watch", why):
             return
         if trainer.is_global_zero:
             import wandb

@@ -99,6 +99,15 @@ def read_checkpoint(ckpt_path: str) -> dict:
     readable Lightning checkpoint."""
     from harness.errors import ConfigError
 
+    if Path(ckpt_path).is_dir():  # trainer=fsdp with save_distributed_checkpoint=true: one file a rank
+        raise ConfigError(
+            "ckpt_path",
+            ckpt_path,
+            "is a sharded checkpoint (a folder, one file a rank); the harness reads one file: "
+            f"python -m lightning_fabric.utilities.consolidate_checkpoint {ckpt_path} writes "
+            f"{ckpt_path}.consolidated, which mode=eval reads; to resume, train with "
+            "trainer.strategy.save_distributed_checkpoint=false",
+        )
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         if not isinstance(checkpoint.get("state_dict"), dict):

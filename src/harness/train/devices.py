@@ -67,12 +67,52 @@ def device_count(devices) -> int | None:
     )
 
 
+#: the sharded strategy the harness runs (conf/trainer/fsdp.yaml): the probes read whole layers under it
+SHARDING = "harness.train.sharding.FSDP"
+#: strategy_name of the sharded strategies: one process a device, as ddp
+SHARDED = ("fsdp",)
+
+
+def strategy_name(trainer: DictConfig) -> str:
+    """`trainer.strategy` as a name: the string given, or `fsdp` for the harness's sharded strategy (trainer=fsdp),
+    or the `_target_` of any other strategy built from one."""
+    strategy = trainer.get("strategy", "auto")
+    if isinstance(strategy, DictConfig):
+        target = str(strategy.get("_target_", "auto"))
+        return "fsdp" if target == SHARDING else target
+    return str(strategy)
+
+
+def check_sharding(trainer: DictConfig) -> None:
+    """Refuse the sharded strategies the probes cannot read whole: Lightning's FSDPStrategy (FSDP1: `fsdp`,
+    `fsdp_cpu_offload`, or its class) flattens each unit's parameters into one buffer, leaving every rank's
+    parameters views of its own slice under a wrapper's names; a plain ModelParallelStrategy shards nothing
+    itself (its LightningModule must), and without it the ranks' gradients are never averaged."""
+    strategy = trainer.get("strategy", "auto")
+    given = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
+    if given == "fsdp" or given.startswith("fsdp_") or given.endswith("FSDPStrategy"):
+        why = "Lightning's FSDPStrategy (FSDP1) flattens each block into one buffer: the probes would read one rank's slice"
+    elif given.endswith("ModelParallelStrategy"):
+        why = "a plain ModelParallelStrategy shards nothing and averages no gradient unless the module does"
+    else:
+        return
+    raise ConfigError(
+        "trainer.strategy", given, f"{why}; use trainer=fsdp (FSDP2, whole layers, the model's names)"
+    )
+
+
+def several(strategy: str) -> bool:
+    """Whether `strategy` (strategy_name) runs one process a device: ddp and the sharded ones."""
+    return strategy.startswith("ddp") or strategy in SHARDED
+
+
 def processes(trainer: DictConfig) -> int:
-    """Processes the Trainer config asks for on this machine: the devices under a DDP strategy, and under
-    `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
-    strategy = str(trainer.get("strategy", "auto"))
+    """Processes the Trainer config asks for on this machine: the devices under a DDP or sharded strategy, and
+    under `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
+    strategy = strategy_name(trainer)
     devices = trainer.get("devices", 1)
     count = device_count(devices)
+    check_sharding(trainer)
     if strategy.startswith("ddp_spawn"):
         raise ConfigError(
             "trainer.strategy",
@@ -80,11 +120,11 @@ def processes(trainer: DictConfig) -> int:
             "spawned workers keep the stop step, probes and checks to "
             "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
         )
-    if strategy.startswith("ddp") and count is None:
+    if several(strategy) and count is None:
         raise ConfigError(
             "trainer.devices",
             devices,
-            "with DDP give the number of processes on each machine, "
+            f"with {strategy} give the number of processes on each machine, "
             "e.g. trainer.devices=2: the harness checks it against the machine and the launcher",
         )
     if strategy.startswith("single"):
@@ -158,9 +198,10 @@ def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
                 f"(set trainer.num_nodes={launcher.nodes} or hydra.launcher.nodes={nodes})",
             )
     elif multirun and count > 1:
+        strategy = strategy_name(cfg.trainer)
         raise ConfigError(
             "trainer",
-            "ddp",
+            strategy if several(strategy) else "ddp",
             "in a local sweep Lightning would restart the whole sweep in every rank; "
             "run the jobs one at a time (no -m), or sweep on a cluster with "
             "hydra/launcher=slurm, where SLURM starts the ranks",

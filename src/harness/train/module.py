@@ -142,6 +142,13 @@ class HarnessModule(pl.LightningModule):
             sync_dist=True,
         )
 
+    def configure_model(self) -> None:
+        """Under a sharding strategy (harness.train.sharding.FSDP), shard the model: Lightning calls this once the
+        ranks exist, before the optimizer is built over the sharded parameters. Any other strategy: nothing."""
+        shard = getattr(self.trainer.strategy, "shard", None) if self._trainer is not None else None
+        if shard is not None:
+            shard(self.model)
+
     def configure_optimizers(self):
         optimizer, scheduler = optimizer_and_schedule(
             self.optimizer, self.schedule, self.model, self.total_steps

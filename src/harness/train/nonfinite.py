@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
+from harness.train.whole import norms as whole_norms
+from harness.train.whole import sharded
+
 
 class NonFinite(Exception):
     """A NaN or inf reached the loss or a gradient; `where` names the first module or parameter."""
@@ -48,12 +51,16 @@ class NonFiniteGuard(pl.Callback):
     def __init__(self):
         self.batch = None
         self.named: list[tuple[str, torch.nn.Parameter]] = []
+        self.sharded = False
         # the gradients this step's check read and their norms, until the batch ends: the layer probe
         # (harness.probes.norms), which runs after the guard, logs them instead of taking them again
         self.checked: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.named = list(pl_module.named_parameters())  # once: walking the module tree each step is not free
+        # under sharding each rank holds a slice of every gradient: the norms are the whole gradients', summed
+        # across ranks (one all-reduce a step), so that every rank sees the same NaN and stops at the same step
+        self.sharded = sharded(p for _, p in self.named)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batch = batch
@@ -66,7 +73,7 @@ class NonFiniteGuard(pl.Callback):
         if not params:
             return
         grads = [p.grad for _, p in params]
-        norms = torch._foreach_norm(grads)
+        norms = whole_norms(grads, self.sharded)
         self.checked = (grads, norms)
         if bool(torch.isfinite(torch.stack(norms)).all()):
             return

@@ -28,7 +28,7 @@ from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
 from harness.seeding import seed_all
 from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
-from harness.train.devices import check_devices, global_rank, started_by_lightning
+from harness.train.devices import SHARDED, check_devices, global_rank, started_by_lightning, strategy_name
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
@@ -231,6 +231,11 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
     started = time.perf_counter()
     verdict.checks = [] if started_by_lightning() else run_preflight(module, data, cfg)
     verdict.preflight_seconds = round(time.perf_counter() - started, 3)
+    if verdict.checks and strategy_name(cfg.trainer) in SHARDED:
+        log.info(
+            "preflight: run on rank 0 with the whole model, before sharding: %s shards it when training starts",
+            strategy_name(cfg.trainer),
+        )
 
 
 def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
