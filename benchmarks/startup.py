@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,9 +47,9 @@ def core_python() -> Path:
     return python
 
 
-def wall(command: list[str]) -> float:
+def wall(command: list[str], env: dict | None = None) -> float:
     started = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, stdin=subprocess.DEVNULL, cwd=ROOT)
+    subprocess.run(command, check=True, capture_output=True, stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
     return time.perf_counter() - started
 
 
@@ -63,6 +64,8 @@ def main(reps: int = 5) -> dict:
                 continue
             run_dir = OUT / "startup" / f"{side}-{i}"
             python = core if side == "core_run" else sys.executable
+            # the core environment's dependencies, this checkout's code (its installed copy is as old as the venv)
+            env = {**os.environ, "PYTHONPATH": str(ROOT / "src")} if side == "core_run" else None
             command = [
                 python,
                 "train.py",
@@ -71,7 +74,7 @@ def main(reps: int = 5) -> dict:
                 f"hydra.run.dir={run_dir}",
                 "+overwrite=true",
             ]
-            seconds[side].append(wall(command))
+            seconds[side].append(wall(command, env))
             preflight.append(json.loads(Path(run_dir, "verdict.json").read_text())["preflight_seconds"])
     median = {side: statistics.median(values) for side, values in seconds.items()}
     figures = {
