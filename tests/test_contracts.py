@@ -12,7 +12,7 @@ from torch import nn
 import harness
 from harness.errors import ConfigError
 from harness.train.run import build, run
-from tests.conftest import PROBES_OFF
+from tests.conftest import PROBES_OFF, sampled
 
 MODELS = ["transformer", "rnn", "lstm", "gpt"]
 #: data option -> the overrides that keep it small here
@@ -32,7 +32,7 @@ def datamodule(request, make_config):
     return cfg, dm
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", sampled(MODELS, every=2))
 def test_model_contract(name, datamodule, make_config):
     cfg, dm = datamodule
     cfg = make_config(f"model={name}", *DATA[cfg.hydra.runtime.choices.data], "data.length=12")

@@ -16,7 +16,9 @@ from tests.conftest import PROBES_OFF
 
 @pytest.mark.parametrize("data", ["synthetic", "text"])
 @pytest.mark.parametrize("model", ["transformer", "rnn", "lstm"])
-@pytest.mark.parametrize("n", [1, 2, pytest.param(5, marks=pytest.mark.slow)])  # n=5: test-slow, ~9 s in all
+@pytest.mark.parametrize(
+    "n", [1, *(pytest.param(n, marks=pytest.mark.slow) for n in (2, 5))]
+)  # 2, 5: test-slow
 def test_built_in_models_memorize(n, model, data, make_config):
     verdict = run(
         make_config(

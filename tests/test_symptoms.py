@@ -296,6 +296,7 @@ def test_symptoms_reach_every_logger_and_the_console(tmp_path_factory, data_root
     assert len(lines) == 1 and "try:" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_fail_turns_a_symptom_into_SYMPTOM_and_exit_5(run_train, tmp_path):
     result = run_train(
         *QUICK,

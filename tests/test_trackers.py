@@ -118,6 +118,7 @@ def tensorboard_hparams(log_dir: Path) -> tuple[dict, list[str]]:
     return params, metrics
 
 
+@pytest.mark.slow
 def test_every_tracker_gets_metrics_config_and_tags(make_config, tmp_path, monkeypatch):
     """One run, logger=[tensorboard,wandb,mlflow] with tags: metrics.csv as always; each tracker holds the
     composed config flattened (model.d_model, optim.lr) and the tags; no socket leaves the machine."""
@@ -215,6 +216,7 @@ class SignalAt(pl.Callback):
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="SIGUSR2 is POSIX")
+@pytest.mark.slow
 def test_interrupted_job_run_again_in_its_dir_resumes_last_ckpt_and_wandb_run(
     make_config, tmp_path, monkeypatch
 ):
