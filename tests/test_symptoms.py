@@ -405,21 +405,19 @@ def test_activations_are_logged_on_their_steps_only_for_the_modules_picked(tmp_p
     assert 0 <= float(first["act/net.1/saturated"]) <= 1 and float(first["act/net.1/rms"]) <= 1
 
 
-def test_activation_statistics_are_the_training_forwards_own():
-    """Logged on steps 0 and 2 only, and step 0's numbers are those of the model's forward on that batch."""
-    torch.manual_seed(0)
-    model = NegativeBiasReLU(vocab_size=12, bias=0.0)  # bias 0: about half the ReLU's outputs are zero
-    before = copy.deepcopy(model)
-    ids = torch.randint(0, 12, (3, 2, 8))
+def activation_rows(model: nn.Module, every: int, steps: int) -> tuple[dict[int, dict], list[dict]]:
+    """`model` (vocabulary 12) fit `steps` steps on random batches of 2 x 7 tokens with the activations probe
+    alone, reading every `every` steps: the rows it logged, by step, and the batches."""
+    ids = torch.randint(0, 12, (steps, 2, 8))
     batches = [
         {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
         for x in ids
     ]
-    probes = ProbeSet([Activations(every=2)])
+    probes = ProbeSet([Activations(every=every)])
     rows: dict[int, dict] = {}
     probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
     trainer = pl.Trainer(
-        max_steps=3,
+        max_steps=steps,
         callbacks=[probes],
         logger=False,
         enable_checkpointing=False,
@@ -428,6 +426,15 @@ def test_activation_statistics_are_the_training_forwards_own():
         limit_val_batches=0,
     )
     trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    return rows, batches
+
+
+def test_activation_statistics_are_the_training_forwards_own():
+    """Logged on steps 0 and 2 only, and step 0's numbers are those of the model's forward on that batch."""
+    torch.manual_seed(0)
+    model = NegativeBiasReLU(vocab_size=12, bias=0.0)  # bias 0: about half the ReLU's outputs are zero
+    before = copy.deepcopy(model)
+    rows, batches = activation_rows(model, every=2, steps=3)
     assert sorted(rows) == [0, 2], sorted(rows)
     with torch.no_grad():
         x = before.token_embedding(batches[0]["input_ids"])
@@ -472,24 +479,7 @@ def test_activation_functions_are_read_where_they_are_called():
     torch.manual_seed(0)
     model = CallsFunctions()
     before = copy.deepcopy(model)
-    ids = torch.randint(0, 12, (2, 2, 8))
-    batches = [
-        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
-        for x in ids
-    ]
-    probes = ProbeSet([Activations(every=2)])
-    rows: dict[int, dict] = {}
-    probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
-    trainer = pl.Trainer(
-        max_steps=2,
-        callbacks=[probes],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
-    trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    rows, batches = activation_rows(model, every=2, steps=2)
     row = rows[0]
     with torch.no_grad():
         y = before.net.linear(before.token_embedding(batches[0]["input_ids"]))
@@ -531,24 +521,7 @@ def test_a_model_that_called_no_activation_function_is_watched_again_every_reche
 
     torch.manual_seed(0)
     model = TanhFromItsThirdForward()
-    ids = torch.randint(0, 12, (RECHECK + 2, 2, 8))
-    batches = [
-        {"input_ids": x[:, :-1], "targets": x[:, 1:], "loss_mask": torch.ones(2, 7, dtype=torch.bool)}
-        for x in ids
-    ]
-    probes = ProbeSet([Activations(every=1)])
-    rows: dict[int, dict] = {}
-    probes.sink.listen(lambda step, row: rows.setdefault(step, dict(row)))
-    trainer = pl.Trainer(
-        max_steps=RECHECK + 2,
-        callbacks=[probes],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
-    trainer.fit(HarnessModule(model), train_dataloaders=DataLoader(batches, batch_size=None))
+    rows, _ = activation_rows(model, every=1, steps=RECHECK + 2)
     watched = [step for step, row in sorted(rows.items()) if "act/forward/tanh/rms" in row]
     # step 0 saw no function (relu, a module, is its hook's); from step 2 on the model calls tanh, seen when the
     # probe looks again at reading RECHECK, and at every reading after that
