@@ -207,6 +207,7 @@ def test_split_overlap_is_judged_beyond_what_training_repeats_of_itself():
 FORK = (f"hydra.searchpath=[file://{Path(__file__).parent / 'conf'}]", "data=fork", "probes=off")
 
 
+@pytest.mark.slow
 def test_overfit_mode_preflight_reads_the_forks_own_loaders(run_train, tmp_path):
     """Overfit mode trains on its own batch of n examples; the preflight still reads the fork's loaders."""
     result = run_train(*FORK, "data._target_=tests.fork_data.SameBatchSampler", "mode=overfit", "n=2")

@@ -115,6 +115,7 @@ def test_full_mode_checkpoints_and_resumes(make_config, tmp_path):
     assert resumed["steps"] == 30
 
 
+@pytest.mark.slow
 def test_whole_model_runs_on_loop_versions(make_config, caplog):
     """model.vectorize=false switches every twin the run uses to its loop version, with a warning each."""
     verdict = run(make_config("model.vectorize=false", "n=1", "data.length=6", "preflight=false"))

@@ -390,6 +390,7 @@ def documented_command(heading: str, page: str = "docs/scaling.md") -> list[str]
     return shlex.split(block.replace("\\\n", " "))[2:]  # past "python train.py"
 
 
+@pytest.mark.slow
 def test_documented_slurm_example_composes_to_what_it_says():
     args = documented_command("## A sweep on a SLURM cluster")
     assert args[0] == "-m" and "data.length=10,50,200" in args, args
