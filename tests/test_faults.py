@@ -355,16 +355,20 @@ def test_resuming_a_finished_runs_last_checkpoint_gives_its_verdict(make_config,
         assert again[key] == finished[key] and again[key] is not None, (key, again, finished)
 
 
+#: a mode=full run of two steps that leaves checkpoints/last.ckpt, to resume with other settings
+TWO_STEPS_CHECKPOINTED = (
+    "mode=full",
+    "mode.max_steps=2",
+    "mode.val_every=2",
+    "mode.ckpt_every=2",
+    "preflight=false",
+    *PROBES_OFF,
+)
+
+
 def test_a_checkpoint_of_another_optimizer_or_schedule_is_refused_in_one_line(make_config, tmp_path):
     """An AdamW checkpoint resumed with optim=sgd was a KeyError: 'momentum' inside Lightning's first step."""
-    base = (
-        "mode=full",
-        "mode.max_steps=2",
-        "mode.val_every=2",
-        "mode.ckpt_every=2",
-        "preflight=false",
-        *PROBES_OFF,
-    )
+    base = TWO_STEPS_CHECKPOINTED
     run(make_config(*base, run_dir=tmp_path / "adamw"))
     ckpt = f"ckpt_path={tmp_path / 'adamw/checkpoints/last.ckpt'}"
     with pytest.raises(ConfigError) as err:
@@ -385,14 +389,7 @@ def test_a_checkpoint_of_another_optimizer_or_schedule_is_refused_in_one_line(ma
 
 @pytest.mark.slow  # a train.py run: ~10 s
 def test_another_optimizers_checkpoint_through_train_py_is_one_line(run_train, make_config, tmp_path):
-    base = (
-        "mode=full",
-        "mode.max_steps=2",
-        "mode.val_every=2",
-        "mode.ckpt_every=2",
-        "preflight=false",
-        *PROBES_OFF,
-    )
+    base = TWO_STEPS_CHECKPOINTED
     run(make_config(*base, run_dir=tmp_path / "adamw"))
     result = run_train(
         *base, "mode.max_steps=4", "optim=sgd", f"ckpt_path={tmp_path}/adamw/checkpoints/last.ckpt"

@@ -306,12 +306,14 @@ def test_ddp_full_mode_trains_and_checkpoints(run_train, tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path, data_root):
+@pytest.mark.parametrize("trainer", ["ddp", "fsdp"])
+def test_ranks_stop_together_on_a_signal_to_rank_0(trainer, tmp_path, data_root):
     """SIGTERM reaches rank 0 only (as `kill <pid>` does): both ranks stop after the same step, rank 0 saves
-    the checkpoint and the INTERRUPTED verdict, and rank 1 is not left waiting in an all-reduce."""
+    the checkpoint and the INTERRUPTED verdict, and rank 1 is not left waiting in an all-reduce (fsdp: nor in
+    gathering the consolidated checkpoint, which a save on rank 0 alone would leave waiting forever)."""
     args = [
         "mode=full",
-        "trainer=ddp",
+        f"trainer={trainer}",
         "data.size=64",
         "data.batch_size=8",
         "mode.max_steps=100000",
