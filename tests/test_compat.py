@@ -25,6 +25,7 @@ PRIVATE = (
     "_data_fetcher",
     "epoch_loop.val_loop.batch_progress",
     "DisableTorchFunction",
+    "_composable",
 )
 
 
@@ -237,3 +238,15 @@ def test_torch_function_off_hides_calls_from_a_mode():
             assert torch.relu(x).sum().item() == 3
         x.abs()
     assert seen == [torch.Tensor.sum, torch.Tensor.abs], seen
+
+
+def test_checkpoint_activations_recomputes_without_renaming_anything():
+    block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    names = [n for n, _ in block.named_parameters()]
+    calls = []
+    block[1].register_forward_hook(lambda *args: calls.append(1))
+    compat.checkpoint_activations(block)
+    block(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    assert [n for n, _ in block.named_parameters()] == names
+    assert len(calls) == 2, "the forward ran once: nothing was recomputed in the backward"
+    assert all(p.grad is not None for p in block.parameters())

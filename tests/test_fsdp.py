@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -240,6 +241,55 @@ def test_the_preflight_runs_once_on_rank_0_before_sharding_and_says_so(overfit_p
     logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}
     assert "preflight: run on rank 0 with the whole model, before sharding" in logs["train.log"]
     assert [text.count("preflight (") for text in logs.values()].count(0) == 1, "rank 1 ran the preflight"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@needs_probes
+@pytest.mark.slow  # two torchrun launches, one process each
+def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
+    overfit_pair, tmp_path, data_root
+):
+    """Two "machines" on 127.0.0.1: each a torchrun launch with --nnodes=2 and one process, meeting through a c10d
+    rendezvous, each running train.py from the top, as on a cluster. Same seed, overfit mode: the one-process
+    run's per-layer norms, under the same names; rank 0 alone writes the run's files, each rank its own log."""
+    _, alone_dir = overfit_pair["cpu"]
+    run_dir, port = tmp_path / "run", free_port()
+    args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "logger=tensorboard", *SHORT]
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"),
+        *("--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes"),
+        *(str(ROOT / "train.py"), *args, "trainer.devices=1", "trainer.num_nodes=2"),
+        *(f"data.root={data_root}", f"hydra.run.dir={run_dir}"),
+    ]
+    nodes = [
+        subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["status"] == "PASS", verdict
+    logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}
+    assert sorted(logs) == ["train.log", "train_rank_1.log"], sorted(logs)
+    assert "fsdp: 2 ranks, 4 units" in logs["train.log"] and "PASS:" in logs["train.log"]
+    assert logs["train.log"].count("preflight (") == 1 and "PASS:" not in logs["train_rank_1.log"]
+    one, sharded = metrics(alone_dir), metrics(run_dir)
+    assert "grad_norm/blocks.0.attention.qkv.weight" in sharded[0], sorted(sharded[0])[:10]
+    assert not mismatches(one, sharded, ("grad_norm/", "weight_norm/", "update_ratio/"), 1e-4)
 
 
 @needs_probes

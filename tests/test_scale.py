@@ -248,6 +248,30 @@ def test_unsound_scale_settings_are_refused(argv, names, capsys, monkeypatch):
     assert stop.value.code == 2 and len(lines) == 1 and names in lines[0], lines
 
 
+@pytest.mark.parametrize(
+    ("argv", "refused"),
+    [
+        (["trainer=fsdp", "trainer.devices=1"], "trainer.devices=1: torchrun started 2 process(es)"),
+        (["trainer=ddp", "trainer.devices=2"], "trainer.num_nodes=1: torchrun started 4 processes"),
+        (["trainer=fsdp", "trainer.devices=2", "trainer.num_nodes=2"], None),
+    ],
+    ids=["devices", "nodes", "agree"],
+)
+def test_counts_that_disagree_with_torchruns_are_refused_at_the_door(argv, refused, capsys, monkeypatch):
+    """Under `torchrun --nnodes=2 --nproc-per-node=2` (4 processes, 2 a machine): Lightning would otherwise look
+    for a device that is not there once the preflight has run, or wait for ranks that never come."""
+    torchrun = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}
+    for name, value in {**torchrun, "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        check_overrides(argv, ROOT / "conf")
+        return
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(argv, ROOT / "conf")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1 and refused in lines[0], lines
+
+
 def test_a_cluster_job_is_not_held_to_this_machine(monkeypatch):
     """On the login node: 8 GPUs a job, 2 machines, none of it here; the job checks its devices where it runs."""
     check_overrides(

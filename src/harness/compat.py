@@ -184,3 +184,17 @@ def torch_function_off():
     return _private(
         "torch", torch.__version__, "torch._C.DisableTorchFunction()", lambda: torch._C.DisableTorchFunction()
     )
+
+
+def checkpoint_activations(module) -> None:
+    """Recompute `module`'s activations in the backward instead of keeping them, with no wrapper module around it
+    (its parameters keep their names): PyTorch's composable checkpoint, which has no public path yet."""
+    import torch
+
+    checkpoint = _private(
+        "torch",
+        torch.__version__,
+        "torch.distributed._composable.checkpoint",
+        lambda: importlib.import_module("torch.distributed._composable").checkpoint,
+    )
+    checkpoint(module)

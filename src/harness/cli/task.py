@@ -44,6 +44,7 @@ def task(cfg) -> dict | float | None:
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     out, sweep_dir = Path(HydraConfig.get().runtime.output_dir), Path(HydraConfig.get().sweep.dir)
+    log_apart(global_rank())
     if sweeping:
         guard_worker()
         if stopped(sweep_dir) is not None:
@@ -61,6 +62,23 @@ def task(cfg) -> dict | float | None:
 
         return metric_value(verdict, cfg.optimized_metric, out)
     return verdict
+
+
+def log_apart(rank: int, name: str = "train.log") -> None:
+    """A rank > 0 that shares rank 0's run dir without a log file of its own (torchrun and SLURM start every rank
+    as rank 0 is started; Lightning's launcher names its ranks' logs train_ddp_process_N.log) logs to
+    train_rank_N.log: train.log stays rank 0's, its lines in order."""
+    if rank == 0:
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).name == name:
+            own = logging.FileHandler(Path(handler.baseFilename).with_name(f"train_rank_{rank}.log"))
+            own.setLevel(handler.level)
+            own.setFormatter(handler.formatter)
+            root.removeHandler(handler)
+            handler.close()
+            root.addHandler(own)
 
 
 def recorded(cfg, out: Path, sweeping: bool) -> dict | None:

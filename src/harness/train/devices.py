@@ -133,9 +133,10 @@ def processes(trainer: DictConfig) -> int:
 
 
 def check_devices(trainer: DictConfig) -> None:
-    """Refuse a GPU run without a GPU, more processes than this machine holds, and several machines without
-    anything to start them."""
+    """Refuse a GPU run without a GPU, more processes than this machine holds, several machines without
+    anything to start them, and counts that disagree with torchrun's."""
     count, nodes = processes(trainer), trainer.get("num_nodes", 1)
+    check_torchrun(count, nodes)
     accelerator = trainer.get("accelerator", "auto")
     if count == 1 and nodes == 1 and accelerator not in ("gpu", "cuda"):
         return  # one process on whatever is there: nothing to count (and no torch import at the door)
@@ -165,9 +166,36 @@ def check_devices(trainer: DictConfig) -> None:
         raise ConfigError(
             "trainer.num_nodes",
             nodes,
-            "several machines need a cluster to start the ranks on each: "
-            f"run with hydra/launcher=slurm hydra.launcher.nodes={nodes}, "
-            "or keep trainer.num_nodes=1",
+            "several machines need something to start the ranks on each: "
+            f"run with hydra/launcher=slurm hydra.launcher.nodes={nodes}, or under torchrun "
+            f"--nnodes={nodes} on every machine (docs/scaling.md), or keep trainer.num_nodes=1",
+        )
+
+
+#: what torchrun sets in every process it starts (Lightning's TorchElasticEnvironment looks for the same)
+TORCHRUN = ("GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+
+
+def check_torchrun(count: int, nodes: int) -> None:
+    """Under torchrun, the processes it started are the run's ranks: `count` (processes(trainer)) must be its
+    processes on this machine and `nodes` its machines, or Lightning would look for a device that is not there
+    (an IndexError once the preflight has run) or wait for ranks that never come."""
+    if not all(name in os.environ for name in TORCHRUN):
+        return
+    local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    if count != local:
+        raise ConfigError(
+            "trainer.devices",
+            count,
+            f"torchrun started {local} process(es) on this machine (--nproc-per-node={local}): "
+            f"set trainer.devices={local}",
+        )
+    if nodes * local != world:
+        raise ConfigError(
+            "trainer.num_nodes",
+            nodes,
+            f"torchrun started {world} processes, {local} a machine: "
+            f"set trainer.num_nodes={world // local} (torchrun's --nnodes)",
         )
 
 

@@ -113,10 +113,10 @@ class FSDP(ModelParallelStrategy):
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         blocks, names = units(model), unit_names(model)
         if self.activation_checkpointing:
-            from torch.distributed._composable import checkpoint
+            from harness.compat import checkpoint_activations
 
             for block in blocks:
-                checkpoint(block)  # composable: the parameters keep their names (no wrapper module)
+                checkpoint_activations(block)  # composable: the parameters keep their names (no wrapper)
         for block in blocks:
             fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
         fully_shard(model, **options)
