@@ -13,7 +13,18 @@ from benchmarks import OUT, machine
 
 #: benchmark modules under benchmarks, each with main() -> {figure: (value, target met?)}; None: no target
 VERDICT = {True: ("target met", "yes"), False: ("TARGET MISSED", "NO"), None: ("no target", "")}
-BENCHMARKS = ("twins", "loop", "nanogpt", "faults", "startup", "sweep", "probes", "preflight_scale", "data")
+BENCHMARKS = (
+    "twins",
+    "loop",
+    "nanogpt",
+    "faults",
+    "startup",
+    "sweep",
+    "probes",
+    "fsdp",
+    "preflight_scale",
+    "data",
+)
 
 
 def main(names: list[str]) -> int:

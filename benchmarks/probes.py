@@ -150,9 +150,10 @@ class Bench:
     """One Trainer fitting in its own thread, run a block of batches at a time in one variant or another.
 
     `switches`: variant -> a function that turns the variant on (it gets this Bench). The Trainer starts with
-    `callbacks` (every variant's, so that each sees fit and train start)."""
+    `callbacks` (every variant's, so that each sees fit and train start); `where`: the Trainer's accelerator,
+    devices and strategy, when not one CPU (benchmarks.fsdp: two sharded ranks, each running the same Bench)."""
 
-    def __init__(self, name: str, model_name: str, callbacks: list, loggers: list, switches: dict):
+    def __init__(self, name: str, model_name: str, callbacks: list, loggers: list, switches: dict, **where):
         reference = MODELS[model_name]
         torch.manual_seed(0)
         self.module = HarnessModule(reference.model(vocab_size=reference.vocab, **reference.kwargs))
@@ -168,11 +169,11 @@ class Bench:
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
-            accelerator=os.environ.get("BENCH_ACCELERATOR", "cpu"),  # gpu: scripts/gpu_check.sh
-            devices=1,
             logger=loggers,
             callbacks=[self.gate, *self.base, *callbacks],
             default_root_dir=OUT / "probes_runs" / model_name / name,
+            # gpu: scripts/gpu_check.sh
+            **{"accelerator": os.environ.get("BENCH_ACCELERATOR", "cpu"), "devices": 1, **where},
         )
         self.thread = threading.Thread(
             target=self.trainer.fit, args=(self.module,), kwargs={"datamodule": self.data}, daemon=True
@@ -250,10 +251,10 @@ class Floor(pl.Callback):
         torch.cat([rearrange(self.norms, "param -> param"), stats.mean(dim=(1, 2))]).tolist()
 
 
-def probes_bench(model_name: str, clocks: dict[str, list[float]]) -> Bench:
+def probes_bench(model_name: str, clocks: dict[str, list[float]], name: str = "probes", **where) -> Bench:
     """A Trainer with the CSV logger, switching between no probes, every probe and the floor (the hooks of
-    each on its own clock in `clocks`)."""
-    runs = OUT / "probes_runs" / model_name / "probes"
+    each on its own clock in `clocks`); `where`: as Bench's."""
+    runs = OUT / "probes_runs" / model_name / name
     runs.mkdir(parents=True, exist_ok=True)
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
     reference = MODELS[model_name]
@@ -270,7 +271,7 @@ def probes_bench(model_name: str, clocks: dict[str, list[float]]) -> Bench:
         "without_symptoms": lambda b: b.use(lean),
         "floor": lambda b: b.use(floor),
     }
-    return Bench("probes", model_name, [*probes, *lean, *floor], loggers, switches)
+    return Bench(name, model_name, [*probes, *lean, *floor], loggers, switches, **where)
 
 
 def watch_bench(model_name: str) -> Bench:
@@ -296,14 +297,16 @@ def watch_bench(model_name: str) -> Bench:
     return Bench("wandb", model_name, [], loggers, {"off": unwatch, "wandb_watch": watch})
 
 
-def measure(model_name: str, reps: int) -> dict:
+def measure(model_name: str, reps: int, figures: tuple[str, ...] | None = None, **where) -> dict:
     """{variant: compare() result against no probes} for one reference model, with the milliseconds a step
     spends inside the variant's own hooks and their share of a step without probes (`hooks_share`); the floor,
-    the symptoms' share and wandb.watch where the reference measures them."""
-    reference = MODELS[model_name]
+    the symptoms' share and wandb.watch where `figures` (by default the reference's) has them. `where`: the
+    Trainer's devices and strategy, as probes_bench's (with its `name`)."""
+    figures = figures or MODELS[model_name].figures
+    reference = MODELS[model_name]._replace(figures=figures)
     clocks = {"probes": [0.0], "floor": [0.0]}
     results = {}
-    bench = probes_bench(model_name, clocks)
+    bench = probes_bench(model_name, clocks, **where)
     try:
         bench.run("probes", INNER // 5)  # past the one-off costs: first steps, lazy imports
         bench.run("off", INNER // 5)
