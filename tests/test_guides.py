@@ -224,6 +224,17 @@ def test_preflight_file_that_cannot_import_is_a_fail(make_config, tmp_path):
     assert found["gradient_flow"]["status"] == PASS, "the other files' checks still ran"
 
 
+def test_a_bare_assert_in_a_forks_file_fails_with_its_values(make_config, tmp_path):
+    """pytest rewrites a fork's asserts, as in any pytest run: the row says what the values were."""
+    mine = tmp_path / "preflight_width.py"
+    mine.write_text(
+        "def test_width(model):\n    width = sum(p.numel() for p in model.parameters())\n    assert width == 3\n"
+    )
+    verdict = run(make_config(f"+preflight_tests=[{mine}]", *QUICK, "model=rnn"))
+    row = rows(verdict)["test_width"]
+    assert row["status"] == FAIL and re.search(r"assert \d+ == 3", row["detail"]), row
+
+
 # (e) a probe: a Lightning Callback logging through the run's logger, only on its steps
 
 

@@ -26,6 +26,13 @@ SMALL = 5_000_000
 PASSES = 6
 #: a preflight expected to take longer than this many seconds is announced first, with its estimate
 ANNOUNCE_S = 20.0
+#: pytest as the checks need it, no more (about 0.5 s of every run's start): none of the plugins other installed
+#: packages register, nothing cached, printed or collected after the session. The harness's own checks report
+#: through `record`, so their asserts are not rewritten (--assert=plain) unless a fork adds test files.
+OWN_SESSION = [
+    *("--disable-plugin-autoload", "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings"),
+    *("-p", "no:unraisableexception", "-p", "no:threadexception"),
+]
 
 
 class PreflightPlugin:
@@ -190,7 +197,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
     # a small model's tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     if sum(p.numel() for p in model.parameters()) < SMALL:
         torch.set_num_threads(1)
-    arguments = ["-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings"]
+    arguments = [*OWN_SESSION, *([] if cfg.get("preflight_tests") else ["--assert=plain"])]
     # a file that fails to import is a FAIL row, and the other files' checks still run
     arguments += [
         "--continue-on-collection-errors",
