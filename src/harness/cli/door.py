@@ -49,7 +49,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         except ConfigError as err:
             die(str(err), err)
         launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
-        jobs = checked_jobs(variants, searchpath, hydra_cfg, multirun)
+        jobs = checked_jobs(variants, searchpath, hydra_cfg, multirun, job_config(first))
         cfg = jobs[-1][0]
         check_folders(cfg, hydra_cfg, multirun)
         # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
@@ -59,9 +59,25 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     return search_class(hydra_cfg.sweeper, multirun)
 
 
-def checked_jobs(variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool) -> list[tuple]:
+def job_config(composed: DictConfig) -> DictConfig:
+    """A job's config from its composition with the Hydra settings (return_hydra_config=True): the same config
+    less its `hydra` node, as Hydra's compose itself makes it (the settings' overrides touch only that node)."""
+    import copy
+
+    from omegaconf import open_dict
+
+    cfg = copy.deepcopy(composed)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def checked_jobs(
+    variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool, first: DictConfig
+) -> list[tuple]:
     """Each job's config composed and validated, as (config, the config files' own, the keys given); the first
-    mistake exits in one line. Inside initialize_config_dir."""
+    mistake exits in one line. `first`: the first variant's config, composed already. Inside
+    initialize_config_dir."""
     from hydra import compose
 
     from harness.config import validate
@@ -71,12 +87,15 @@ def checked_jobs(variants: list[list[str]], searchpath: list[str], hydra_cfg, mu
     from harness.train.devices import check_launch, on_cluster
 
     jobs = []
-    for variant in variants:
+    for index, variant in enumerate(variants):
         try:
-            cfg = compose(config_name="train", overrides=searchpath + variant)
+            cfg = first if index == 0 else compose(config_name="train", overrides=searchpath + variant)
         except Exception as err:
             die(explain(err, variant, base_of(variant, searchpath)), err)
-        base, given = base_of(variant, searchpath), [o.split("=")[0].lstrip("+~") for o in variant]
+        # the config files' own values: the job's config itself where the command line gave top-level keys only
+        # (group choices, n=2, +overwrite=true: an addition there builds nothing)
+        base = cfg if all("." not in o.split("=")[0] for o in variant) else base_of(variant, searchpath)
+        given = [o.split("=")[0].lstrip("+~") for o in variant]
         try:  # the devices are held against this machine unless a cluster runs the job elsewhere
             check_types(cfg, base, given)
             validate(cfg, devices=not on_cluster(hydra_cfg.launcher))
@@ -93,9 +112,12 @@ def hydra_base(overrides: list[str], searchpath: list[str]):
     config files' values, which a refusal is explained against. Inside initialize_config_dir."""
     from hydra import compose
 
-    choices = [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
+    from harness.config.explain import choices_of
+
     try:
-        return compose(config_name="train", overrides=searchpath + choices, return_hydra_config=True).hydra
+        return compose(
+            config_name="train", overrides=searchpath + choices_of(overrides), return_hydra_config=True
+        ).hydra
     except Exception:  # the choices alone do not compose: nothing to explain against
         return None
 

@@ -77,14 +77,19 @@ def explain(err: Exception, overrides: list[str], base) -> str:
     return f"{' '.join(overrides)}: {first} (HARNESS_DEBUG=1 shows the traceback)"
 
 
+def choices_of(overrides: list[str]) -> list[str]:
+    """The overrides that choose a group's option or set a top-level key (logger=wandb, n=2): not a dotted key,
+    not an addition or a deletion."""
+    return [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
+
+
 def base_of(overrides: list[str], searchpath: list[str]):
     """The config a mistake is explained against: with the overrides' group choices (logger=wandb: the keys
     under logger are wandb's), or without any where those do not compose. Inside initialize_config_dir."""
     from hydra import compose
 
-    choices = [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
     try:
-        return compose(config_name="train", overrides=searchpath + choices)
+        return compose(config_name="train", overrides=searchpath + choices_of(overrides))
     except Exception:
         return compose(config_name="train", overrides=searchpath)
 
