@@ -390,6 +390,19 @@ def test_overwrite_leaves_nothing_of_the_run_it_replaces(tmp_path):
     assert (run_dir / "checkpoints" / "best.ckpt").is_file() and (run_dir / "train.log").is_file()
 
 
+def test_overwrite_is_rank_0s_alone_where_ranks_start_together(tmp_path, monkeypatch):
+    """Under torchrun or SLURM every rank passes the door at once: rank 1 emptying the dir would delete what rank 0
+    has begun to write there."""
+    run_dir = tmp_path / "earlier"
+    earlier_run(run_dir)
+    monkeypatch.setenv("RANK", "1")
+    check_overrides([f"hydra.run.dir={run_dir}", "+overwrite=true"], CONF)
+    assert (run_dir / "verdict.json").is_file() and (run_dir / "train.log").is_file()
+    monkeypatch.setenv("RANK", "0")
+    check_overrides([f"hydra.run.dir={run_dir}", "+overwrite=true"], CONF)
+    assert list(run_dir.iterdir()) == []
+
+
 def test_overwrite_never_empties_a_folder_holding_the_working_directory(capsys, tmp_path, monkeypatch):
     earlier_run(tmp_path / "project")
     (tmp_path / "project" / "my_code.py").write_text("precious\n")

@@ -177,14 +177,16 @@ def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
 
 def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
     """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
-    harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked."""
-    from harness.train.devices import started_by_lightning
+    harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
+    (torchrun, SLURM) each check it, and rank 0 alone empties it for +overwrite=true."""
+    from harness.train.devices import global_rank, started_by_lightning
 
     if started_by_lightning():
         return
     try:
         (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
-        if cfg.get("overwrite", False) is True and replaced(cfg, directory, multirun):
+        overwrite = cfg.get("overwrite", False) is True and global_rank() == 0
+        if overwrite and replaced(cfg, directory, multirun):
             empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
