@@ -257,14 +257,21 @@ def test_unsound_scale_settings_are_refused(argv, names, capsys, monkeypatch):
     ],
     ids=["devices", "nodes", "agree"],
 )
-def test_counts_that_disagree_with_torchruns_are_refused_at_the_door(argv, refused, capsys, monkeypatch):
+def test_counts_that_disagree_with_torchruns_are_refused_at_the_door(
+    argv, refused, capsys, monkeypatch, tmp_path
+):
     """Under `torchrun --nnodes=2 --nproc-per-node=2` (4 processes, 2 a machine): Lightning would otherwise look
     for a device that is not there once the preflight has run, or wait for ranks that never come."""
     torchrun = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4"}
     for name, value in {**torchrun, "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(name, value)
+    argv = [*argv, f"hydra.run.dir={tmp_path / 'run'}"]  # one dir for every process (below: without it)
     if refused is None:
         check_overrides(argv, ROOT / "conf")
+        with pytest.raises(SystemExit) as stop:  # each process would name its own dir by the time
+            check_overrides(argv[:-1], ROOT / "conf")
+        line = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and line.startswith("error: hydra.run.dir=") and "torchrun" in line, line
         return
     with pytest.raises(SystemExit) as stop:
         check_overrides(argv, ROOT / "conf")

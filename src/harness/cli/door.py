@@ -24,6 +24,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.config.extras import check_plugins
     from harness.config.trial import as_a_job
     from harness.report.search import search_class
+    from harness.train.devices import check_torchrun_dir
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
@@ -33,6 +34,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     except Exception as err:  # Hydra's own grammar error already names the override
         die(grammar_error(err, args.overrides), err)
     variants, hydra_overrides = variants_of(parsed)
+    try:
+        check_torchrun_dir(hydra_overrides)
+    except ConfigError as err:
+        die(str(err), err)
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]

@@ -199,6 +199,21 @@ def check_torchrun(count: int, nodes: int) -> None:
         )
 
 
+def check_torchrun_dir(hydra_overrides: list[str]) -> None:
+    """Under torchrun with several processes, every process composes its own config, and the default run dir is
+    named by the time each did: rank 0's verdict and checkpoints would land in one folder, every other rank's log
+    (and shards of a distributed checkpoint) in others. The command line must name the one they share."""
+    if not all(name in os.environ for name in TORCHRUN) or int(os.environ["WORLD_SIZE"]) == 1:
+        return
+    if not any(o.lstrip("+").startswith("hydra.run.dir=") for o in hydra_overrides):
+        raise ConfigError(
+            "hydra.run.dir",
+            "outputs/runs/<date>/<time>",
+            f"torchrun started {os.environ['WORLD_SIZE']} processes and each names that folder by its own clock; "
+            "give them one: hydra.run.dir=<a folder every machine sees>",
+        )
+
+
 def on_cluster(launcher: DictConfig) -> bool:
     """Whether `launcher` (the composed hydra.launcher node) runs jobs on a cluster, which starts the ranks."""
     return str(launcher.get("_target_", "")).endswith("SlurmLauncher")
