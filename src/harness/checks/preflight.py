@@ -14,6 +14,7 @@ import torch
 from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_rows
 from harness.checks.reads import DataReads
+from harness.checks.sharded import on_meta_device
 from harness.seeding import rng_state, set_rng_state
 from harness.train.signals import SIGNALS, Interrupted
 
@@ -210,9 +211,9 @@ def run_preflight(module, data, cfg) -> list[dict]:
         # whatever the checks switch, the model ends as it began
         with training_mode(model, model.training):
             batch = plugin.shared_batch()
-            if (
-                batch.unusable is None
-            ):  # a batch no model can run is said by the data rows, not by a crash here
+            # a batch no model can run is said by the data rows, not by a crash here; a model on the meta
+            # device has nothing to run yet
+            if batch.unusable is None and not on_meta_device(model):
                 announce(model, batch)
             with signals_end_the_session() as caught:
                 code = pytest.main([*files, *arguments], plugins=[plugin])
