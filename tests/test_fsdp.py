@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.conftest import (
     compose_config,
     needs_probes,
     run_command,
+    start_command,
     train,
 )
 
@@ -352,19 +352,9 @@ def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
         *(str(ROOT / "train.py"), *args, "trainer.devices=1", "trainer.num_nodes=2"),
         *(f"data.root={data_root}", f"hydra.run.dir={run_dir}"),
     ]
-    nodes = [
-        subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    nodes = [start_command(*command, cwd=tmp_path) for _ in range(2)]
+    errors = [node.communicate(timeout=300)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["status"] == "PASS", verdict
     logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}
