@@ -277,7 +277,8 @@ def correlation(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.slow  # two processes
 def test_meta_init_runs_the_data_checks_then_init_loss_once_sharded_and_skips_the_rest(tmp_path, data_root):
     args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "trainer.strategy.meta_init=true", *SHORT]
-    result = train(*args, cwd=tmp_path, data_root=data_root)
+    fork = f"+preflight_tests=[{ROOT / 'examples' / 'preflight.py'}]"  # a fork's own check of the model
+    result = train(*args, fork, cwd=tmp_path, data_root=data_root)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "run"
     verdict = json.loads((run_dir / "verdict.json").read_text())
@@ -289,10 +290,12 @@ def test_meta_init_runs_the_data_checks_then_init_loss_once_sharded_and_skips_th
     assert rows["init_loss"]["status"] == "PASS" and "expected ~ln(20)" in rows["init_loss"]["detail"]
     skipped = {name for name, row in rows.items() if row["status"] == "SKIP"}
     assert {"gradient_flow", "causality", "determinism", "finite"} <= skipped, rows
+    assert "test_eval_deterministic" in skipped, "the fork's check of the model crashed on the meta device"
     assert all("meta device" in rows[name]["detail"] for name in skipped)
     assert "preflight, after sharding: init_loss PASS" in (run_dir / "train.log").read_text()
     # each rank drew its own slices: rank 1's half of a weight is no copy of rank 0's
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert torch.equal(state["model.head.weight"], state["model.token_embedding.weight"]), "the tie was lost"
     weight = state["model.blocks.0.mlp.up.weight"]
     half = weight.shape[0] // 2
     assert abs(correlation(weight[:half], weight[half:])) < 0.5
@@ -353,7 +356,11 @@ def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
         *(f"data.root={data_root}", f"hydra.run.dir={run_dir}"),
     ]
     nodes = [start_command(*command, cwd=tmp_path) for _ in range(2)]
-    errors = [node.communicate(timeout=300)[1] for node in nodes]
+    try:
+        errors = [node.communicate(timeout=300)[1] for node in nodes]
+    finally:
+        for node in nodes:  # a hang leaves no launch behind
+            node.kill()
     assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["status"] == "PASS", verdict

@@ -3,14 +3,16 @@
 Fixtures come from harness.checks.preflight.PreflightPlugin: `model` (the nn.Module), `data` (the
 datamodule, set up: the fork's own, in overfit mode too), `data_reads` (what the data checks read of it, read
 once), `batch` (a few training examples, collated by the fork's own collate), `cfg` (the composed config),
-`record` (call it with a CheckResult so it lands in the table and verdict.json). Add a test here, or set
-`preflight_tests` in the config to more files, and it runs before every training run; a test that
-fails without recording a result still shows up as FAIL under its own name."""
+`record` (call it with a CheckResult so it lands in the table and verdict.json). Add a test here (pytest does
+not rewrite this file's asserts: say why through `record`), or set `preflight_tests` in the config to more
+files (pytest as usual: plugins, assert messages), and it runs before every training run; a test that fails
+without recording a result still shows up as FAIL under its own name."""
 
 import pytest
 
 from harness import checks
-from harness.checks.sharded import on_meta_device, skipped
+from harness.checks.sharded import skipped
+from harness.train.sharding import on_meta_device
 
 
 @pytest.mark.parametrize("check", checks.DATA_CHECKS, ids=lambda c: c.__name__)

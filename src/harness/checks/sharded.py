@@ -10,7 +10,6 @@ import logging
 import time
 
 import pytorch_lightning as pl
-import torch
 
 from harness.checks.base import FAIL, SKIP, CheckResult, sample_rows
 from harness.checks.behaviour import init_loss
@@ -25,11 +24,6 @@ AFTER_SHARDING = (init_loss,)
 
 class PreflightFailed(Exception):
     """A check run on the sharded model failed: training does not start (raised on every rank alike)."""
-
-
-def on_meta_device(model: torch.nn.Module) -> bool:
-    """Whether `model` was built on the meta device and is not sharded yet: no weights to run."""
-    return any(p.is_meta for p in model.parameters())
 
 
 def skipped(name: str) -> CheckResult:
@@ -53,11 +47,21 @@ class ShardedPreflight(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         batch, generators = sample_rows(self.data), rng_state()
+        if batch.unusable is not None:  # the data rows say what is wrong with it; the SKIP rows stay
+            return
         rows = {}
         try:
             for check in AFTER_SHARDING:
                 started = time.perf_counter()
-                result = check(pl_module.model, batch, self.cfg)
+                try:
+                    result = check(pl_module.model, batch, self.cfg)
+                except Exception as err:  # as the preflight's pytest session makes of a crash: a FAIL row
+                    detail = (
+                        f"raised {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+                    )
+                    result = CheckResult(
+                        check.__name__, FAIL, f"{detail}: a bug in the check or in the code it ran"
+                    )
                 rows[result.name] = {**result.as_dict(), "seconds": round(time.perf_counter() - started, 3)}
         finally:
             set_rng_state(generators)

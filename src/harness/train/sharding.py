@@ -93,6 +93,9 @@ class FSDP(ModelParallelStrategy):
             process_group_backend=process_group_backend,
         )
         self.mixed_precision = mixed_precision
+        self.meta_init = bool(
+            meta_init
+        )  # the model is built before the Trainer: build_parts reads on_meta(cfg)
         self.activation_checkpointing = bool(activation_checkpointing)
         self.reshard_after_forward = bool(reshard_after_forward)
 
@@ -129,7 +132,7 @@ class FSDP(ModelParallelStrategy):
         for block in blocks:
             fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
         fully_shard(model, **options)
-        if any(p.is_meta for p in model.parameters()):
+        if on_meta_device(model):
             materialize(model, self.root_device, self.global_rank)
         if self.global_rank == 0:
             log.info(
@@ -154,6 +157,11 @@ def reshard(model: nn.Module) -> None:
             module.reshard()
 
 
+def on_meta_device(model: nn.Module) -> bool:
+    """Whether `model` was built on the meta device and has no memory yet: nothing to run."""
+    return any(p.is_meta for p in model.parameters())
+
+
 def on_meta(cfg) -> bool:
     """Whether the run builds its model on the meta device: trainer=fsdp with trainer.strategy.meta_init=true."""
     strategy = cfg.trainer.get("strategy")
@@ -175,16 +183,18 @@ def check_init_weights(model: nn.Module) -> None:
 
 def materialize(model: nn.Module, device: torch.device, rank: int) -> None:
     """Memory for each rank's slices of a model built on the meta device (after fully_shard), then the model's own
-    init_weights(). Each rank draws from the run's seed plus its rank: seeded alike, every rank's slice of a
-    random weight would hold the same numbers (PyTorch draws a CPU DTensor's slices each from its own generator),
-    a weight of repeated blocks."""
+    init_weights(). On CPUs each rank draws from the run's seed plus its rank: seeded alike, every rank's slice of
+    a random weight would hold the same numbers (PyTorch draws a CPU DTensor's slices each from its own
+    generator), a weight of repeated blocks."""
     ties = tied(model)
     model.to_empty(device=device)
     for owner, name, source in ties:  # to_empty gives each use of a tied parameter a tensor of its own
         if getattr(owner, name) is not source():
             setattr(owner, name, source())
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch.initial_seed() + rank)
+    # on GPUs, DTensor's own generator draws one weight's slices as parts of one stream, from rank 0's seed
+    offset, devices = (rank, []) if device.type == "cpu" else (0, [device])
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(torch.initial_seed() + offset)
         with torch.no_grad():
             model.init_weights()
 
