@@ -125,17 +125,23 @@ def run_command(
     )
 
 
-def start_train(*args: str, run_dir: Path, cwd: Path) -> subprocess.Popen:
-    """Start the real `python train.py ARGS` writing to `run_dir`, stdin closed: for a test that signals or kills
-    it part-way (see wait_for_steps)."""
+def start_command(*command: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start `command` with stdin closed, its output kept as text; `env` adds to this environment."""
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={run_dir}"],
+        command,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
+
+
+def start_train(*args: str, run_dir: Path, cwd: Path) -> subprocess.Popen:
+    """Start the real `python train.py ARGS` writing to `run_dir`, stdin closed: for a test that signals or kills
+    it part-way (see wait_for_steps)."""
+    return start_command(sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={run_dir}", cwd=cwd)
 
 
 def wait_for_steps(metrics: Path, steps: int, process: subprocess.Popen, timeout: float = 120) -> None:

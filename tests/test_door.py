@@ -403,6 +403,14 @@ def test_overwrite_is_rank_0s_alone_where_ranks_start_together(tmp_path, monkeyp
     assert list(run_dir.iterdir()) == []
 
 
+def test_only_rank_0_writes_hydras_own_files_where_ranks_start_together(tmp_path, monkeypatch):
+    run_dir = [f"hydra.run.dir={tmp_path / 'run'}"]
+    monkeypatch.setenv("RANK", "1")
+    assert "hydra.output_subdir=null" in check_overrides(run_dir, CONF)
+    monkeypatch.setenv("RANK", "0")
+    assert "hydra.output_subdir=null" not in check_overrides(run_dir, CONF)
+
+
 def test_overwrite_never_empties_a_folder_holding_the_working_directory(capsys, tmp_path, monkeypatch):
     earlier_run(tmp_path / "project")
     (tmp_path / "project" / "my_code.py").write_text("precious\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -21,12 +20,13 @@ from harness.cli.door import check_overrides
 from harness.cli.task import perform
 from harness.models import GPT, Transformer
 from harness.train.devices import processes
-from harness.train.sharding import unit_names
+from harness.train.sharding import materialize, unit_names
 from tests.conftest import (
     PROBES_OFF,
     compose_config,
     needs_probes,
     run_command,
+    start_command,
     train,
 )
 
@@ -243,6 +243,93 @@ def test_the_preflight_runs_once_on_rank_0_before_sharding_and_says_so(overfit_p
     assert [text.count("preflight (") for text in logs.values()].count(0) == 1, "rank 1 ran the preflight"
 
 
+# --- a model too large for one rank: built on the meta device, its weights made once sharded ----------------------
+
+
+def test_init_weights_sets_every_parameter_of_a_gpt_made_on_the_meta_device():
+    """Materialized from the meta device (empty memory), then init_weights(): the same weights as a whole model
+    given init_weights() from the same seed, every one of them (empty memory left anywhere would differ), tied."""
+    whole = GPT(vocab_size=20, max_len=16)
+    torch.manual_seed(0)
+    whole.init_weights()
+    with torch.device("meta"):
+        empty = GPT(vocab_size=20, max_len=16)
+    torch.manual_seed(0)  # rank 0 draws from the run's seed
+    materialize(empty, torch.device("cpu"), rank=0)
+    assert empty.head.weight is empty.token_embedding.weight, "the tie was lost"
+    for (name, a), b in zip(whole.state_dict().items(), empty.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_model_without_init_weights_is_refused_for_meta_init(capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(["trainer=fsdp", "trainer.strategy.meta_init=true", "model=rnn"], ROOT / "conf")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: trainer.strategy.meta_init=") and "has no init_weights()" in lines[0]
+
+
+def correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1])
+
+
+@needs_probes
+@pytest.mark.slow  # two processes
+def test_meta_init_runs_the_data_checks_then_init_loss_once_sharded_and_skips_the_rest(tmp_path, data_root):
+    args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "trainer.strategy.meta_init=true", *SHORT]
+    fork = f"+preflight_tests=[{ROOT / 'examples' / 'preflight.py'}]"  # a fork's own check of the model
+    result = train(*args, fork, cwd=tmp_path, data_root=data_root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    rows = {row["name"]: row for row in verdict["checks"]}
+    assert verdict["status"] == "PASS", verdict
+    assert all(
+        rows[name]["status"] == "PASS" for name in ("batch_format", "ids_in_range", "data_roundtrip", "twins")
+    )
+    assert rows["init_loss"]["status"] == "PASS" and "expected ~ln(20)" in rows["init_loss"]["detail"]
+    skipped = {name for name, row in rows.items() if row["status"] == "SKIP"}
+    assert {"gradient_flow", "causality", "determinism", "finite"} <= skipped, rows
+    assert "test_eval_deterministic" in skipped, "the fork's check of the model crashed on the meta device"
+    assert all("meta device" in rows[name]["detail"] for name in skipped)
+    assert "preflight, after sharding: init_loss PASS" in (run_dir / "train.log").read_text()
+    # each rank drew its own slices: rank 1's half of a weight is no copy of rank 0's
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert torch.equal(state["model.head.weight"], state["model.token_embedding.weight"]), "the tie was lost"
+    weight = state["model.blocks.0.mlp.up.weight"]
+    half = weight.shape[0] // 2
+    assert abs(correlation(weight[:half], weight[half:])) < 0.5
+
+
+@pytest.mark.slow  # two processes
+def test_a_meta_init_model_that_fails_init_loss_once_sharded_never_trains(tmp_path, data_root):
+    args = ["mode=overfit", "n=2", "model=gpt", "model._target_=tests.sick_models.LoudGPT", "trainer=fsdp"]
+    result = train(
+        *args,
+        "trainer.strategy.meta_init=true",
+        *PROBES_OFF,
+        "data.length=12",
+        cwd=tmp_path,
+        data_root=data_root,
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["status"] == "PREFLIGHT_FAIL" and verdict["steps"] == 0, verdict
+    row = next(row for row in verdict["checks"] if row["name"] == "init_loss")
+    assert row["status"] == "FAIL" and "output scale at init is off" in row["detail"], row
+
+
+@pytest.mark.slow  # two processes
+def test_a_sanity_validation_leaves_the_sharded_model_in_slices_for_the_probes(tmp_path, data_root):
+    """Forwards without a backward leave FSDP's root unit gathered: listed then, the probes held tensors whose
+    memory FSDP freed at the next step (a segmentation fault at the first step's norms)."""
+    args = ["mode=full", "mode.max_steps=6", "model=gpt", "trainer=fsdp", "+trainer.num_sanity_val_steps=2"]
+    result = train(*args, *SHORT, cwd=tmp_path, data_root=data_root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "DONE"
+    assert "grad_norm/blocks.0.attention.qkv.weight" in metrics(tmp_path / "run")[0]
+
+
 def free_port() -> int:
     import socket
 
@@ -268,19 +355,13 @@ def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
         *(str(ROOT / "train.py"), *args, "trainer.devices=1", "trainer.num_nodes=2"),
         *(f"data.root={data_root}", f"hydra.run.dir={run_dir}"),
     ]
-    nodes = [
-        subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    nodes = [start_command(*command, cwd=tmp_path) for _ in range(2)]
+    try:
+        errors = [node.communicate(timeout=300)[1] for node in nodes]
+    finally:
+        for node in nodes:  # a hang leaves no launch behind
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["status"] == "PASS", verdict
     logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}

@@ -272,6 +272,12 @@ def test_counts_that_disagree_with_torchruns_are_refused_at_the_door(
             check_overrides(argv[:-1], ROOT / "conf")
         line = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and line.startswith("error: hydra.run.dir=") and "torchrun" in line, line
+        with pytest.raises(SystemExit) as stop:  # every process would run the whole sweep
+            check_overrides(["-m", *argv, "n=1,2"], ROOT / "conf")
+        line = capsys.readouterr().err.strip()
+        assert (
+            stop.value.code == 2 and line.startswith("error: hydra.mode=MULTIRUN") and "torchrun" in line
+        ), line
         return
     with pytest.raises(SystemExit) as stop:
         check_overrides(argv, ROOT / "conf")

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from harness.report.verdict import read_verdict
 from harness.train.interrupt import StopOnSignal
 from harness.train.run import run
-from tests.conftest import CONF, PROBES_OFF
+from tests.conftest import CONF, PROBES_OFF, start_command
 
 TINY = ["n=1", "mode.max_steps=3", "preflight=false", "data.length=8", *PROBES_OFF]
 
@@ -332,7 +332,6 @@ def test_submitit_requeues_a_signalled_job_which_continues(tmp_path, data_root):
     SIGUSR2 mid-training (what SLURM sends signal_delay_s before the limit), saves last.ckpt, hands the signal to
     submitit, which requeues it; the new process continues in the same job dir from that checkpoint, in the same
     wandb run, and the sweep ends DONE with every step trained once."""
-    import subprocess
 
     command = [
         sys.executable,
@@ -354,18 +353,8 @@ def test_submitit_requeues_a_signalled_job_which_continues(tmp_path, data_root):
         "logger=wandb",
         *PROBES_OFF,
     ]
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
-        },  # tiny steps: a second thread only waits on a busy machine
-    )
+    # tiny steps: a second thread only waits on a busy machine
+    process = start_command(*command, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     job, marker = tmp_path / "sweep" / "0", str(tmp_path / "sweep")
     try:
         deadline = time.monotonic() + 120

@@ -14,7 +14,9 @@ import torch
 from harness.batches import training_mode
 from harness.checks.base import FAIL, CheckResult, sample_rows
 from harness.checks.reads import DataReads
+from harness.checks.sharded import skipped
 from harness.seeding import rng_state, set_rng_state
+from harness.train.sharding import on_meta_device
 from harness.train.signals import SIGNALS, Interrupted
 
 log = logging.getLogger(__name__)
@@ -26,13 +28,16 @@ SMALL = 5_000_000
 PASSES = 6
 #: a preflight expected to take longer than this many seconds is announced first, with its estimate
 ANNOUNCE_S = 20.0
-#: pytest as the checks need it, no more (about 0.5 s of every run's start): none of the plugins other installed
-#: packages register, nothing cached, printed or collected after the session. The harness's own checks report
-#: through `record`, so their asserts are not rewritten (--assert=plain) unless a fork adds test files.
+#: pytest as the checks need it, no more (about 0.8 s of every run's start): nothing cached, printed or collected
+#: after the session; and, for the harness's own checks alone (LEAN), none of the plugins other installed packages
+#: register and no assert rewriting (they report through `record`). A fork's test files get pytest as usual.
 OWN_SESSION = [
-    *("--disable-plugin-autoload", "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings"),
+    *("-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:warnings"),
     *("-p", "no:unraisableexception", "-p", "no:threadexception"),
 ]
+LEAN = ["--disable-plugin-autoload", "--assert=plain"]
+#: the harness's own preflight tests (a fork's test files are those `preflight_tests` adds)
+BUILT_IN = "preflight_tests.py"
 
 
 class PreflightPlugin:
@@ -90,6 +95,16 @@ class PreflightPlugin:
         if report.failed and report.nodeid not in self._recorded:
             self.add(CheckResult(check_name(report.nodeid), FAIL, crash(report)), report.nodeid)
 
+    def pytest_collection_modifyitems(self, items):
+        """A fork's test of the model, while it has no weights (built on the meta device, not sharded yet): a SKIP
+        row that says so, never a crash read as FAIL (the built-in checks say it themselves)."""
+        if not on_meta_device(self._model):
+            return
+        for item in items:
+            if "model" in getattr(item, "fixturenames", ()) and item.path.name != BUILT_IN:
+                self.add(skipped(check_name(item.nodeid)), item.nodeid)
+                item.add_marker(pytest.mark.skip(reason="the model is on the meta device"))
+
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector):
         # a test file that cannot be imported would otherwise drop its checks without a word; the
@@ -129,7 +144,7 @@ def preflight_files(cfg) -> list[str]:
     """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
     train.py runs; harness.config.validate has made sure each exists: pytest would skip a missing one)."""
     extra = [str(Path(p)) for p in cfg.get("preflight_tests", None) or []]
-    return [str(Path(__file__).with_name("preflight_tests.py")), *extra]
+    return [str(Path(__file__).with_name(BUILT_IN)), *extra]
 
 
 @contextlib.contextmanager
@@ -197,7 +212,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
     # a small model's tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     if sum(p.numel() for p in model.parameters()) < SMALL:
         torch.set_num_threads(1)
-    arguments = [*OWN_SESSION, *([] if cfg.get("preflight_tests") else ["--assert=plain"])]
+    arguments = [*OWN_SESSION, *([] if cfg.get("preflight_tests") else LEAN)]
     # a file that fails to import is a FAIL row, and the other files' checks still run
     arguments += [
         "--continue-on-collection-errors",
@@ -210,9 +225,9 @@ def run_preflight(module, data, cfg) -> list[dict]:
         # whatever the checks switch, the model ends as it began
         with training_mode(model, model.training):
             batch = plugin.shared_batch()
-            if (
-                batch.unusable is None
-            ):  # a batch no model can run is said by the data rows, not by a crash here
+            # a batch no model can run is said by the data rows, not by a crash here; a model on the meta
+            # device has nothing to run yet
+            if batch.unusable is None and not on_meta_device(model):
                 announce(model, batch)
             with signals_end_the_session() as caught:
                 code = pytest.main([*files, *arguments], plugins=[plugin])

@@ -24,7 +24,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.config.extras import check_plugins
     from harness.config.trial import as_a_job
     from harness.report.search import search_class
-    from harness.train.devices import check_torchrun_dir
+    from harness.train.devices import check_torchrun_launch
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
@@ -34,10 +34,6 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     except Exception as err:  # Hydra's own grammar error already names the override
         die(grammar_error(err, args.overrides), err)
     variants, hydra_overrides = variants_of(parsed)
-    try:
-        check_torchrun_dir(hydra_overrides)
-    except ConfigError as err:
-        die(str(err), err)
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
@@ -49,11 +45,12 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
             hydra_cfg = first.hydra
         except Exception as err:
             die(explain(err, variants[0] + hydra_overrides, base_of(variants[0], searchpath)), err)
+        launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
         try:
             check_plugins(hydra_cfg)  # the launcher's and sweeper's extras, before a job is queued
+            check_torchrun_launch(hydra_cfg, multirun)  # processes torchrun started: one run, one dir
         except ConfigError as err:
             die(str(err), err)
-        launcher, multirun = hydra_cfg.launcher, args.multirun or hydra_cfg.mode == RunMode.MULTIRUN
         jobs = checked_jobs(variants, searchpath, hydra_cfg, multirun, job_config(first))
         cfg = jobs[-1][0]
         check_folders(cfg, hydra_cfg, multirun)
@@ -61,7 +58,19 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
         with as_a_job(first):
             try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
-    return search_class(hydra_cfg.sweeper, multirun)
+    return search_class(hydra_cfg.sweeper, multirun) + rank_args(hydra_overrides)
+
+
+def rank_args(hydra_overrides: list[str]) -> list[str]:
+    """What a rank > 0 started with the others (torchrun, ranks started by hand) adds to the command line: no
+    `.hydra/` of its own in the run dir it shares with rank 0, which writes it (Lightning does the same for the
+    ranks it starts)."""
+    from harness.train.devices import global_rank, started_by_lightning
+
+    given = any(o.startswith("hydra.output_subdir") for o in hydra_overrides)
+    return (
+        ["hydra.output_subdir=null"] if global_rank() > 0 and not started_by_lightning() and not given else []
+    )
 
 
 def job_config(composed: DictConfig) -> DictConfig:
@@ -224,10 +233,13 @@ def empty_out(key: str, directory: Path) -> None:
             "give the run a folder of its own",
         )
     for entry in directory.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+        try:  # ranks started with this one may be writing their first files meanwhile
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:
+            continue
 
 
 def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:

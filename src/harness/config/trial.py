@@ -174,6 +174,7 @@ def model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> No
     import torch
 
     from harness.ops.loss import loss_of
+    from harness.train.sharding import check_init_weights, on_meta
 
     def loss(node: DictConfig):
         whole = cfg.copy()
@@ -196,7 +197,7 @@ def model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> No
             return build(node, "model", vocab_size=PLACEHOLDER_VOCABULARY)
 
     try:
-        model(cfg.model)
+        made = model(cfg.model)
     except Exception as err:
         order = under("model", given)
         if culprit(cfg.model, base.get("model"), order, model) is None:
@@ -204,6 +205,8 @@ def model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> No
         if isinstance(err, ConfigError) and own_rule(err, "model"):  # the model's own rule, in its own words
             raise
         raise refused(err, "model", cfg.model, base.get("model"), order, attempt=model) from None
+    if on_meta(cfg):  # its weights will come from its own init_weights() once sharded
+        check_init_weights(made)
 
 
 @contextlib.contextmanager

@@ -148,10 +148,18 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight  # tied: one tensor, two uses
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """GPT-2's init of every parameter (the model has no buffer): what the constructor does, and what a model
+        built on the meta device and sharded gets once its memory exists (trainer.strategy.meta_init)."""
+        for module in self.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
         self.apply(gpt2_init)
         for block in self.blocks:
             for projection in (block.attention.out, block.mlp.out):
-                nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * layers))
+                nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * len(self.blocks)))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         time = input_ids.shape[1]

@@ -176,13 +176,21 @@ def check_devices(trainer: DictConfig) -> None:
 TORCHRUN = ("GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
 
 
+def under_torchrun() -> tuple[int, int] | None:
+    """(its processes on this machine, its processes in all) where torchrun started this process, else None."""
+    if not all(name in os.environ for name in TORCHRUN):
+        return None
+    return int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+
+
 def check_torchrun(count: int, nodes: int) -> None:
     """Under torchrun, the processes it started are the run's ranks: `count` (processes(trainer)) must be its
     processes on this machine and `nodes` its machines, or Lightning would look for a device that is not there
     (an IndexError once the preflight has run) or wait for ranks that never come."""
-    if not all(name in os.environ for name in TORCHRUN):
+    started = under_torchrun()
+    if started is None:
         return
-    local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+    local, world = started
     if count != local:
         raise ConfigError(
             "trainer.devices",
@@ -199,17 +207,29 @@ def check_torchrun(count: int, nodes: int) -> None:
         )
 
 
-def check_torchrun_dir(hydra_overrides: list[str]) -> None:
-    """Under torchrun with several processes, every process composes its own config, and the default run dir is
-    named by the time each did: rank 0's verdict and checkpoints would land in one folder, every other rank's log
-    (and shards of a distributed checkpoint) in others. The command line must name the one they share."""
-    if not all(name in os.environ for name in TORCHRUN) or int(os.environ["WORLD_SIZE"]) == 1:
+def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
+    """Under torchrun with several processes, one run: not a sweep (each process would run every job), and in one
+    run dir every process names alike. Each process composes its own config, and a dir named by the time (the
+    default, `${now:...}`) differs between them: rank 0's verdict and checkpoints would land in one folder, the
+    other ranks' logs (and a distributed checkpoint's shards) in others. `hydra_cfg`: the composed hydra node."""
+    from omegaconf import OmegaConf
+
+    started = under_torchrun()
+    if started is None or started[1] == 1:
         return
-    if not any(o.lstrip("+").startswith("hydra.run.dir=") for o in hydra_overrides):
+    if multirun:
+        raise ConfigError(
+            "hydra.mode",
+            "MULTIRUN",
+            f"torchrun started {started[1]} processes for one run, and each would run the whole sweep; "
+            "run the jobs one at a time (no -m), or sweep on a cluster with hydra/launcher=slurm",
+        )
+    named = str(OmegaConf.to_container(hydra_cfg.run, resolve=False)["dir"])
+    if "${now:" in named:
         raise ConfigError(
             "hydra.run.dir",
-            "outputs/runs/<date>/<time>",
-            f"torchrun started {os.environ['WORLD_SIZE']} processes and each names that folder by its own clock; "
+            named,
+            f"torchrun started {started[1]} processes and each names that folder by its own clock; "
             "give them one: hydra.run.dir=<a folder every machine sees>",
         )
 

@@ -6,6 +6,7 @@ chooses; `open_job` is what every task does first."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import time
@@ -18,6 +19,7 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from harness.checks.sharded import PreflightFailed
 from harness.config import build, validate
 from harness.config.schema import MODES
 from harness.config.tree import show_config
@@ -33,6 +35,7 @@ from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
+from harness.train.sharding import check_init_weights, on_meta
 from harness.train.signals import Interrupted
 from harness.train.trainer import build_callbacks, build_trainer
 
@@ -134,6 +137,7 @@ def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdic
 
     checkpoints = run_dir / "checkpoints"
     callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
+    callbacks += sharded_preflight(cfg, data, verdict)
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
     if ckpt_path is not None and cfg.ckpt_path is None:
@@ -177,7 +181,10 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
     data.prepare_data()
     data.setup("fit")
     check_splits(data, cfg.data.get("_target_"))
-    model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
+    with torch.device("meta") if on_meta(cfg) else contextlib.nullcontext():  # too large for one rank
+        model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
+    if on_meta(cfg):
+        check_init_weights(model)
     module = HarnessModule(
         model,
         loss=loss_of(cfg),
@@ -231,11 +238,25 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
     started = time.perf_counter()
     verdict.checks = [] if started_by_lightning() else run_preflight(module, data, cfg)
     verdict.preflight_seconds = round(time.perf_counter() - started, 3)
-    if verdict.checks and strategy_name(cfg.trainer) in SHARDED:
+    if verdict.checks and on_meta(cfg):
+        log.info(
+            "preflight: the model is on the meta device (trainer.strategy.meta_init): the data checks ran, the "
+            "model checks that need the whole model on one rank are SKIP, init_loss runs once it is sharded"
+        )
+    elif verdict.checks and strategy_name(cfg.trainer) in SHARDED:
         log.info(
             "preflight: run on rank 0 with the whole model, before sharding: %s shards it when training starts",
             strategy_name(cfg.trainer),
         )
+
+
+def sharded_preflight(cfg: DictConfig, data, verdict: Verdict) -> list:
+    """The callback that runs the model checks a sharded model allows, where it was built on the meta device."""
+    if not on_meta(cfg) or cfg.preflight is False:
+        return []
+    from harness.checks.sharded import ShardedPreflight
+
+    return [ShardedPreflight(data, cfg, verdict.checks)]
 
 
 def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
@@ -246,7 +267,7 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
         if any(getattr(c, "validate_after_fit", False) for c in trainer.callbacks):
             end_as_it_would_have(trainer, module, data)  # resumed at the last step, before its validation
         outcome = "success"
-    except (NonFinite, Interrupted) as err:
+    except (NonFinite, Interrupted, PreflightFailed) as err:
         stopped = err
     finally:
         finish_loggers(loggers, outcome)
@@ -278,6 +299,9 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
         return (
             f"INTERRUPTED by {signal.Signals(stopped.signum).name} during {phase} after {verdict.steps} steps"
         )
+    if isinstance(stopped, PreflightFailed):
+        verdict.status = "PREFLIGHT_FAIL"
+        return f"preflight FAILED on the sharded model ({stopped}): training not started"
     log.error("%s: stopped; the weights are those before that step", stopped)
     verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
     symptoms = verdict.items.setdefault("symptoms", [])

@@ -21,6 +21,7 @@ from pytorch_lightning.strategies import ModelParallelStrategy
 from torch import nn
 
 from harness.errors import ConfigError
+from harness.train.devices import strategy_name
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ class FSDP(ModelParallelStrategy):
     compute). `reshard_after_forward`: free each unit's gathered weights after its forward (gathered again for
     the backward; false keeps them: more memory, one all-gather less). `save_distributed_checkpoint`: false
     (default) writes one consolidated last.ckpt on rank 0, as without sharding, which mode=eval reads; true
-    writes a folder of shards, one file a rank (for models too large to gather on one rank)."""
+    writes a folder of shards, one file a rank (for models too large to gather on one rank). `meta_init`: the
+    model is built on the meta device (no memory) and its weights made only once sharded, each rank its slice
+    (materialize): for a model whose whole weights do not fit one rank; read by build_parts (on_meta)."""
 
     def __init__(
         self,
@@ -76,6 +79,7 @@ class FSDP(ModelParallelStrategy):
         activation_checkpointing: bool = False,
         reshard_after_forward: bool = True,
         save_distributed_checkpoint: bool = False,
+        meta_init: bool = False,
         process_group_backend: str | None = None,
     ):
         if mixed_precision is not None and mixed_precision not in PRECISIONS:
@@ -89,6 +93,9 @@ class FSDP(ModelParallelStrategy):
             process_group_backend=process_group_backend,
         )
         self.mixed_precision = mixed_precision
+        self.meta_init = bool(
+            meta_init
+        )  # the model is built before the Trainer: build_parts reads on_meta(cfg)
         self.activation_checkpointing = bool(activation_checkpointing)
         self.reshard_after_forward = bool(reshard_after_forward)
 
@@ -98,6 +105,11 @@ class FSDP(ModelParallelStrategy):
         self._data_parallel_size = self.num_processes * self.num_nodes
         self._tensor_parallel_size = 1
         super().setup_environment()
+
+    def on_validation_end(self) -> None:
+        """After every validation, the sanity check's included: the model back to its slices (reshard)."""
+        super().on_validation_end()
+        reshard(self.lightning_module)
 
     def shard(self, model: nn.Module) -> None:
         """fully_shard each unit (units()), then the model itself; activation checkpointing on each unit first.
@@ -120,6 +132,8 @@ class FSDP(ModelParallelStrategy):
         for block in blocks:
             fully_shard(block, reshard_after_forward=self.reshard_after_forward, **options)
         fully_shard(model, **options)
+        if on_meta_device(model):
+            materialize(model, self.root_device, self.global_rank)
         if self.global_rank == 0:
             log.info(
                 "fsdp: %d ranks, %d units (%s) + the root%s%s",
@@ -129,3 +143,74 @@ class FSDP(ModelParallelStrategy):
                 f", {self.mixed_precision} compute" if self.mixed_precision else "",
                 ", activation checkpointing" if self.activation_checkpointing else "",
             )
+
+
+def reshard(model: nn.Module) -> None:
+    """Every unit of `model` back to its slices. A forward without a backward (a validation, a check) leaves the
+    root unit gathered, as FSDP keeps it for the backward to come: whatever listed the parameters then (the guard
+    and the probes, at the start of training) would hold the gathered tensors, whose memory FSDP frees at the
+    next step."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def on_meta_device(model: nn.Module) -> bool:
+    """Whether `model` was built on the meta device and has no memory yet: nothing to run."""
+    return any(p.is_meta for p in model.parameters())
+
+
+def on_meta(cfg) -> bool:
+    """Whether the run builds its model on the meta device: trainer=fsdp with trainer.strategy.meta_init=true."""
+    strategy = cfg.trainer.get("strategy")
+    return strategy_name(cfg.trainer) == "fsdp" and bool(strategy.get("meta_init", False))
+
+
+def check_init_weights(model: nn.Module) -> None:
+    """A model built on the meta device gets its weights from its own `init_weights()` once sharded (the convention
+    of torchtitan's and Hugging Face's models): refused without one, in one line."""
+    if not callable(getattr(model, "init_weights", None)):
+        raise ConfigError(
+            "trainer.strategy.meta_init",
+            True,
+            f"{type(model).__name__} has no init_weights(): built on the meta device, its weights exist only once "
+            "sharded, as empty memory; give it an init_weights() that sets every parameter and buffer "
+            "(harness.models.GPT has one), or keep meta_init=false",
+        )
+
+
+def materialize(model: nn.Module, device: torch.device, rank: int) -> None:
+    """Memory for each rank's slices of a model built on the meta device (after fully_shard), then the model's own
+    init_weights(). On CPUs each rank draws from the run's seed plus its rank: seeded alike, every rank's slice of
+    a random weight would hold the same numbers (PyTorch draws a CPU DTensor's slices each from its own
+    generator), a weight of repeated blocks."""
+    ties = tied(model)
+    model.to_empty(device=device)
+    for owner, name, source in ties:  # to_empty gives each use of a tied parameter a tensor of its own
+        if getattr(owner, name) is not source():
+            setattr(owner, name, source())
+    # on GPUs, DTensor's own generator draws one weight's slices as parts of one stream, from rank 0's seed
+    offset, devices = (rank, []) if device.type == "cpu" else (0, [device])
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(torch.initial_seed() + offset)
+        with torch.no_grad():
+            model.init_weights()
+
+
+def tied(model: nn.Module) -> list[tuple]:
+    """(module, attribute, the first use's parameter, as a function) for every later use of a parameter that
+    several modules share (a head tied to the token embedding)."""
+    first: dict[int, tuple[nn.Module, str]] = {}
+    ties = []
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if id(param) not in first:
+                first[id(param)] = (module, name)
+            elif first[id(param)] != (module, name):
+                owner, attribute = first[id(param)]
+                ties.append(
+                    (module, name, lambda owner=owner, attribute=attribute: getattr(owner, attribute))
+                )
+    return ties
