@@ -50,10 +50,10 @@ def main(config_dir: Path, mode: str | None = None) -> None:
     until a job's own handler (harness.train.interrupt.StopOnSignal) or a sweep's (harness.train.signals.SweepStop)
     takes over.
 
-    At exit, after every exit handler registered once the run begins (the loggers' and trackers'), the objects left are frozen
-    out of the interpreter's last garbage collection (gc.freeze): walking the millions of objects torch and
-    Lightning make took about a second of every run's end. Whatever holds a file or a process still closes it,
-    by reference count or by its own exit handler, as before."""
+    At exit, after every exit handler registered once the run begins (the trackers' and loggers'), the objects
+    left are frozen out of the interpreter's last garbage collection (gc.freeze): walking the millions of objects
+    torch and Lightning make took about a second of every run's end. Whatever holds a file or a process still
+    closes it, by reference count or by its own exit handler, as before."""
     import atexit
     import gc
 

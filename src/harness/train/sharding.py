@@ -93,9 +93,8 @@ class FSDP(ModelParallelStrategy):
             process_group_backend=process_group_backend,
         )
         self.mixed_precision = mixed_precision
-        self.meta_init = bool(
-            meta_init
-        )  # the model is built before the Trainer: build_parts reads on_meta(cfg)
+        # the model is built before the Trainer exists: build_parts reads the key from the config (on_meta)
+        self.meta_init = bool(meta_init)
         self.activation_checkpointing = bool(activation_checkpointing)
         self.reshard_after_forward = bool(reshard_after_forward)
 
