@@ -22,6 +22,7 @@ import sys
 import torch
 
 from benchmarks import OUT, write
+from harness.train.devices import global_rank
 
 TARGET = 1.05
 PROCESSES = 2
@@ -53,7 +54,7 @@ def worker(reps: int) -> None:
     result = measure(MODEL, reps, figures=("probes",), name="fsdp", strategy=FSDP(), devices=PROCESSES)[
         "probes"
     ]
-    if int(os.environ.get("RANK", "0")) != 0:
+    if global_rank() != 0:
         return
     reference = MODELS[MODEL]
     figures = {"probes": round(result["median"], 3), "probe_hooks": round(1 + result["hooks_share"], 3)}

@@ -14,6 +14,12 @@ class ConfigError(ValueError):
         super().__init__(f"{key}={value}: {' '.join(str(fix).split())}")  # one line, whatever the cause said
 
 
+class PreflightFailed(Exception):
+    """A preflight check run once training has begun (on a sharded model: harness.checks.sharded) failed, on every
+    rank alike: training does not start, and the verdict is PREFLIGHT_FAIL. Here, not beside the check, so that the
+    run can catch it without importing every check."""
+
+
 def die(message: str, err: BaseException | None = None) -> None:
     """End a command with `error: <message>` on stderr and exit 2; HARNESS_DEBUG=1 raises `err` instead, whole."""
     if err is not None and os.environ.get("HARNESS_DEBUG"):

@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 
 from harness.checks.base import FAIL, SKIP, CheckResult, sample_rows
 from harness.checks.behaviour import init_loss
+from harness.errors import PreflightFailed
 from harness.seeding import rng_state, set_rng_state
 from harness.train.sharding import reshard
 
@@ -20,10 +21,6 @@ log = logging.getLogger(__name__)
 
 #: the model checks that run on the sharded model: forward passes only, whose outputs are whole on every rank
 AFTER_SHARDING = (init_loss,)
-
-
-class PreflightFailed(Exception):
-    """A check run on the sharded model failed: training does not start (raised on every rank alike)."""
 
 
 def skipped(name: str) -> CheckResult:

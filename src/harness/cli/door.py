@@ -106,10 +106,10 @@ def checked_jobs(
             cfg = first if index == 0 else compose(config_name="train", overrides=searchpath + variant)
         except Exception as err:
             die(explain(err, variant, base_of(variant, searchpath)), err)
+        given = [o.split("=")[0].lstrip("+~") for o in variant]
         # the config files' own values: the job's config itself where the command line gave top-level keys only
         # (group choices, n=2, +overwrite=true: an addition there builds nothing)
-        base = cfg if all("." not in o.split("=")[0] for o in variant) else base_of(variant, searchpath)
-        given = [o.split("=")[0].lstrip("+~") for o in variant]
+        base = cfg if all("." not in key for key in given) else base_of(variant, searchpath)
         try:  # the devices are held against this machine unless a cluster runs the job elsewhere
             check_types(cfg, base, given)
             validate(cfg, devices=not on_cluster(hydra_cfg.launcher))

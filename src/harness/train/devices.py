@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from harness.errors import ConfigError
 
@@ -212,8 +212,6 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
     run dir every process names alike. Each process composes its own config, and a dir named by the time (the
     default, `${now:...}`) differs between them: rank 0's verdict and checkpoints would land in one folder, the
     other ranks' logs (and a distributed checkpoint's shards) in others. `hydra_cfg`: the composed hydra node."""
-    from omegaconf import OmegaConf
-
     started = under_torchrun()
     if started is None or started[1] == 1:
         return

@@ -19,11 +19,10 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from harness.checks.sharded import PreflightFailed
 from harness.config import build, validate
 from harness.config.schema import MODES
 from harness.config.tree import show_config
-from harness.errors import ConfigError
+from harness.errors import ConfigError, PreflightFailed
 from harness.ops.loss import loss_of
 from harness.report.symptoms import judge as judge_symptoms
 from harness.report.symptoms import nonfinite
