@@ -6,7 +6,9 @@ every probe and mode=eval take from one place (`loss_of(cfg)`), so the preflight
     z_loss           ZLoss: plus `weight` x log-sum-exp², which keeps the logits' scale from drifting (PaLM)
 
 A fork's own loss subclasses `Loss` and says what it is at one position (`per_position`); the mean over the loss
-mask is the loss. `nll` is the cross entropy alone, whatever the objective adds: what perplexity and bits per
+mask is the loss. The built-in losses compute in float32 whatever the logits' dtype (bf16 under mixed precision).
+In training the mean is a micro-batch's: harness.train.step_loss weighs it by its count of masked positions, so
+that every position of an optimizer step weighs the same, however many micro-batches and ranks share it. `nll` is the cross entropy alone, whatever the objective adds: what perplexity and bits per
 token are made of. Axes: b batch, time positions, vocab classes."""
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class MaskedCrossEntropy(Twin):
         for i in range(logits.shape[0]):
             for t in range(logits.shape[1]):
                 if loss_mask[i, t]:
-                    terms.append(-torch.log_softmax(logits[i, t], dim=0)[targets[i, t]])
+                    terms.append(-torch.log_softmax(widened(logits[i, t]), dim=0)[targets[i, t]])
         return torch.stack(terms).mean()
 
     def vectorized(self, logits, targets, loss_mask):
@@ -54,12 +56,18 @@ class MaskedCrossEntropy(Twin):
         return logits, targets, loss_mask
 
 
+def widened(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` in float32 where they are in a lower precision (bf16, fp16), else as they are (float64 stays)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Float[b, time]: -log p(target) at every position. A target outside the mask may be anything (-100, a pad id
+    """Float[b, time]: -log p(target) at every position, in float32 at least whatever the logits' dtype (bf16
+    logits' log-probabilities lose the small differences training lives on). A target outside the mask may be anything (-100, a pad id
     past the vocabulary): it is never read."""
     safe = torch.where(loss_mask, targets, torch.zeros_like(targets))
     flat = F.cross_entropy(
-        rearrange(logits, "b time vocab -> (b time) vocab"),
+        rearrange(widened(logits), "b time vocab -> (b time) vocab"),
         rearrange(safe, "b time -> (b time)"),
         reduction="none",
     )
@@ -84,18 +92,18 @@ class Loss:
         return self.nll(logits, targets, loss_mask)
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-        """The loss: the mean of per_position over the masked positions (a scalar)."""
-        mask = loss_mask.to(logits.dtype)
-        return (self.per_position(logits, targets, loss_mask) * mask).sum() / mask.sum()
+        """The loss: the mean of per_position over the masked positions (a scalar, float32 at least)."""
+        per_position = self.per_position(logits, targets, loss_mask)
+        mask = loss_mask.to(torch.promote_types(per_position.dtype, torch.float32))
+        return (per_position * mask).sum() / mask.sum()
 
     def per_example(
         self, logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
         """Float[b]: each example's loss (the mean over its own masked positions; 0 where it has none)."""
-        mask = loss_mask.to(logits.dtype)
-        return (self.per_position(logits, targets, loss_mask) * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(
-            1
-        )
+        per_position = self.per_position(logits, targets, loss_mask)
+        mask = loss_mask.to(torch.promote_types(per_position.dtype, torch.float32))
+        return (per_position * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -127,7 +135,8 @@ class LabelSmoothing(Loss):
         self.smoothing = smoothing
 
     def per_position(self, logits, targets, loss_mask):
-        uniform = logits.float().logsumexp(dim=-1) - logits.float().mean(dim=-1)
+        logits = widened(logits)
+        uniform = logits.logsumexp(dim=-1) - logits.mean(dim=-1)
         return (1 - self.smoothing) * self.nll(logits, targets, loss_mask) + self.smoothing * uniform
 
 
@@ -142,7 +151,13 @@ class ZLoss(Loss):
         self.weight = weight
 
     def per_position(self, logits, targets, loss_mask):
-        return self.nll(logits, targets, loss_mask) + self.weight * logits.float().logsumexp(dim=-1).square()
+        return self.nll(logits, targets, loss_mask) + self.weight * widened(logits).logsumexp(dim=-1).square()
+
+
+def own_reduction(loss) -> bool:
+    """Whether `loss` computes its value its own way (a `__call__` of a fork's), not as the mean of per_position
+    over the mask that the harness's losses take."""
+    return type(loss).__call__ not in (Loss.__call__, CrossEntropy.__call__)
 
 
 def loss_of(cfg) -> Loss:

@@ -1,8 +1,9 @@
-"""The LightningModule: any Model contract, the configured loss (harness.ops.loss), optimizer and schedule, the
-metrics of a verdict."""
+"""The LightningModule: any Model contract, the configured loss (harness.ops.loss) weighed per token over the whole
+optimizer step (harness.train.step_loss), optimizer and schedule, the metrics of a verdict."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import pytorch_lightning as pl
@@ -11,8 +12,11 @@ from einops import rearrange
 from torch import nn
 
 from harness.compat import lightning_logs_now
-from harness.ops.loss import CrossEntropy, Loss
+from harness.ops.loss import CrossEntropy, Loss, own_reduction
 from harness.train.optim import adamw, optimizer_and_schedule
+from harness.train.step_loss import StepLoss
+
+log = logging.getLogger(__name__)
 
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -75,7 +79,7 @@ class HarnessModule(pl.LightningModule):
         super().__init__()
         self.model = model
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
-        self.last_loss: torch.Tensor | None = None  # the latest training step's loss, detached
+        self.step_loss = StepLoss()  # every masked position of a step weighs the same, however it is split
         self.step_lr: float | None = None  # the learning rate the latest training step used
         self.resumed_metrics: dict = {}  # the latest validation's metrics, as the checkpoint resumed from kept them
         self.loss = loss or CrossEntropy()
@@ -90,9 +94,23 @@ class HarnessModule(pl.LightningModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
 
+    @property
+    def last_loss(self) -> torch.Tensor | None:
+        """The latest optimizer step's loss, detached: the mean over every masked position of its micro-batches on
+        every rank (the same on each); None before the first step."""
+        return self.step_loss.value
+
+    @last_loss.setter
+    def last_loss(self, value: torch.Tensor | None) -> None:  # a resumed run's, from its checkpoint
+        self.step_loss.value = value
+
     def final_loss(self) -> float | None:
         """The latest training step's loss as a float (one host sync); None before the first step."""
         return None if self.last_loss is None else self.last_loss.item()
+
+    def data_parallel(self) -> tuple[int, int]:
+        """(ranks whose gradients are averaged, micro-batches a step accumulates): what a step is split into."""
+        return self.trainer.world_size, self.trainer.accumulate_grad_batches
 
     def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
         """The loss of a forward pass of the plain model, and its metrics {loss, acc, p_correct}."""
@@ -103,13 +121,35 @@ class HarnessModule(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
         logits = self.train_forward(batch["input_ids"])
-        loss = self.loss(logits, batch["targets"], batch["loss_mask"])
-        self.last_loss = loss.detach()  # the verdict's final loss, whichever step the run ends at (no sync)
+        mean = self.loss(logits, batch["targets"], batch["loss_mask"])
+        # the backward's loss: this micro-batch's share of the step's, by its count of masked positions (no sync)
+        loss = self.step_loss.weigh(mean, batch["loss_mask"], *self.data_parallel())
         self.step_lr = self.trainer.optimizers[0].param_groups[0][
             "lr"
         ]  # this step's; the schedule moves on first
         # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
         return {"loss": loss, "logits": logits.detach()}
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
+        """The step, its last micro-batch's backward followed by the step's normalization (StepLoss.normalize):
+        inside the closure, so before any callback's on_before_optimizer_step (the non-finite guard, the
+        probes), gradient clipping and the update read the gradients."""
+
+        def closure():
+            result = optimizer_closure()
+            self.step_loss.normalize(self.model.parameters(), *self.data_parallel())
+            return result
+
+        optimizer.step(closure=closure)
+
+    def on_train_start(self) -> None:
+        if own_reduction(self.loss) and self.trainer.is_global_zero and max(self.data_parallel()) > 1:
+            log.warning(
+                "loss: %s has a __call__ of its own: its value is read as each micro-batch's mean over its masked "
+                "positions, and weighed by their count (every position of a step weighs the same: "
+                "docs/contracts.md, Loss)",
+                type(self.loss).__name__,
+            )
 
     def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
         # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
@@ -133,12 +173,13 @@ class HarnessModule(pl.LightningModule):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         _, metrics = self.loss_and_metrics(batch)
-        # sync_dist: under DDP each rank validates its share; the logged value is the mean over ranks
+        # each batch weighed by its masked positions: the epoch's figure is the mean over every position of the split,
+        # as a step's loss is; sync_dist: under DDP each rank validates its share, the sums and counts are added up
         self.log_dict(
             {f"val/{k}": v for k, v in metrics.items()},
             on_step=False,
             on_epoch=True,
-            batch_size=batch["input_ids"].shape[0],
+            batch_size=int(batch["loss_mask"].sum()),
             sync_dist=True,
         )
 

@@ -145,9 +145,11 @@ class StopAtTarget(pl.Callback):
         self.reached_at: int | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # the mean over DDP ranks (the loss itself with one process): every rank stops at the same step, none
-        # is left waiting in an all-reduce. The verdict needs it every step: one sync, tiny batch.
-        self.last_loss = trainer.strategy.reduce(outputs["loss"].detach(), reduce_op="mean").item()
+        # the step's loss over every rank's positions (harness.train.step_loss: the same number on every rank), so
+        # every rank stops at the same step, none is left waiting in an all-reduce. One sync a step, one number.
+        if pl_module.last_loss is None:  # a micro-batch before the first step's last one: no step loss yet
+            return
+        self.last_loss = pl_module.last_loss.item()
         if self.last_loss <= self.floor + self.target and self.reached_at is None:
             self.reached_at = trainer.global_step
             trainer.should_stop = True
