@@ -56,6 +56,8 @@ ECHOES = {
     "MutatingValLoader": {
         "ids_in_range": "negative"
     },  # a second read is out of the vocabulary: true, and said
+    # re-seeded for every batch, so for every epoch too: the same order, true, and said
+    "SameBatchSampler": {"epoch_order": "re-seeded alike every pass"},
 }
 #: mistakes that leave no batch a model can run: every model check is SKIP, pointing at the row that says why
 UNRUNNABLE = {

@@ -9,7 +9,7 @@ from harness.checks.batch import batch_format, ids_in_range
 from harness.checks.behaviour import determinism, global_rng, init_loss, twins
 from harness.checks.gradients import finite, gradient_flow
 from harness.checks.leaks import batch_independence, causality, input_dependence, word_order
-from harness.checks.loaders import train_loader
+from harness.checks.loaders import epoch_order, train_loader
 from harness.checks.mask import loss_mask
 from harness.checks.reads import DataReads
 from harness.checks.roundtrip import data_roundtrip, static_batches
@@ -38,6 +38,7 @@ DATA_CHECKS = (
     data_roundtrip,
     split_overlap,
     train_loader,
+    epoch_order,
     static_batches,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "sample_rows",
     "split_overlap",
     "train_loader",
+    "epoch_order",
     "FAIL",
     "MODEL_CHECKS",
     "PASS",
