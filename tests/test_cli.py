@@ -35,6 +35,7 @@ CHECKS = {
     "data_roundtrip",
     "split_overlap",
     "train_loader",
+    "epoch_order",
     "static_batches",
     "gradient_flow",
     "batch_independence",
@@ -49,6 +50,7 @@ CHECKS = {
     "attention_scale",
     "stable_log_probs",
     "twins",
+    "precision",  # read as training starts, in the Trainer's precision (harness.checks.started)
 }
 
 

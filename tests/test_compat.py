@@ -26,6 +26,7 @@ PRIVATE = (
     "epoch_loop.val_loop.batch_progress",
     "DisableTorchFunction",
     "_composable",
+    "_python_dispatch",
 )
 
 
@@ -238,6 +239,22 @@ def test_torch_function_off_hides_calls_from_a_mode():
             assert torch.relu(x).sum().item() == 3
         x.abs()
     assert seen == [torch.Tensor.sum, torch.Tensor.abs], seen
+
+
+def test_a_dispatch_mode_sees_each_op_after_autocast_has_cast_it():
+    """What the precision row reads: the dtype a matrix product really ran in, below autocast."""
+    seen = []
+
+    class Seen(compat.dispatch_mode()):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(
+                (func.overloadpacket.__name__, [a.dtype for a in args if isinstance(a, torch.Tensor)])
+            )
+            return func(*args, **(kwargs or {}))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), Seen():
+        torch.randn(2, 3) @ torch.randn(3, 4)
+    assert ("mm", [torch.bfloat16, torch.bfloat16]) in seen, seen
 
 
 def test_checkpoint_activations_recomputes_without_renaming_anything():

@@ -292,7 +292,7 @@ def test_meta_init_runs_the_data_checks_then_init_loss_once_sharded_and_skips_th
     assert {"gradient_flow", "causality", "determinism", "finite"} <= skipped, rows
     assert "test_eval_deterministic" in skipped, "the fork's check of the model crashed on the meta device"
     assert all("meta device" in rows[name]["detail"] for name in skipped)
-    assert "preflight, after sharding: init_loss PASS" in (run_dir / "train.log").read_text()
+    assert "preflight, as training starts: init_loss PASS" in (run_dir / "train.log").read_text()
     # each rank drew its own slices: rank 1's half of a weight is no copy of rank 0's
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert torch.equal(state["model.head.weight"], state["model.token_embedding.weight"]), "the tie was lost"
@@ -390,7 +390,8 @@ def test_a_hugging_face_model_with_activation_checkpointing_matches_one_process(
     assert "2 units (lm.model.layers.0, lm.model.layers.1) + the root, activation checkpointing" in log
     one, sharded = metrics(runs["trainer=cpu"]), metrics(runs["trainer=fsdp"])
     assert "grad_norm/lm.model.layers.1.self_attn.q_proj.weight" in sharded[0], sorted(sharded[0])[:5]
-    assert not mismatches(one, sharded, ("grad_norm/", "weight_norm/", "update_ratio/"), 1e-4)
+    # a norm's rounding is relative to the largest gradient's: the norms' gradients at 3e-5 by step 17 differ by 3e-9
+    assert not mismatches(one, sharded, ("grad_norm/", "weight_norm/", "update_ratio/"), 1e-4, floor=1e-8)
     assert not mismatches(one, sharded, ("act/", "train/"), 1e-4, floor=1e-7)
 
 
@@ -644,5 +645,6 @@ def test_the_probes_reduce_once_a_logging_step_not_once_a_tensor(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counted = json.loads(out.read_text())
     assert counted["tensors"] > 20, counted
-    # guard + norms every step; + the histograms' gather on even steps (no tracker: no buckets to sum)
-    assert counted["steps"] == [3, 2, 3, 2], counted
+    # the step's token count (harness.train.step_loss) + guard + norms every step; + the histograms' gather on
+    # even steps (no tracker: no buckets to sum)
+    assert counted["steps"] == [4, 3, 4, 3], counted

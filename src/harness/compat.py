@@ -198,3 +198,16 @@ def checkpoint_activations(module) -> None:
         lambda: importlib.import_module("torch.distributed._composable").checkpoint,
     )
     checkpoint(module)
+
+
+def dispatch_mode():
+    """torch's TorchDispatchMode: a mode that sees every aten op as it runs, after autocast has cast its inputs (what
+    the precision check reads: the dtype each matrix product really ran in)."""
+    import torch
+
+    return _private(
+        "torch",
+        torch.__version__,
+        "torch.utils._python_dispatch.TorchDispatchMode",
+        lambda: importlib.import_module("torch.utils._python_dispatch").TorchDispatchMode,
+    )

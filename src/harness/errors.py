@@ -15,9 +15,13 @@ class ConfigError(ValueError):
 
 
 class PreflightFailed(Exception):
-    """A preflight check run once training has begun (on a sharded model: harness.checks.sharded) failed, on every
-    rank alike: training does not start, and the verdict is PREFLIGHT_FAIL. Here, not beside the check, so that the
-    run can catch it without importing every check."""
+    """A preflight check run once training has begun (harness.checks.started: after sharding, the precision in use,
+    the ranks' data) failed, on every rank alike: no step is taken, and the verdict is PREFLIGHT_FAIL. Here, not
+    beside the checks, so that the run can catch it without importing every check. `check`: the row's name."""
+
+    def __init__(self, check: str, detail: str):
+        self.check = check
+        super().__init__(f"{check}: {detail}")
 
 
 def die(message: str, err: BaseException | None = None) -> None:

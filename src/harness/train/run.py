@@ -135,8 +135,8 @@ def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdic
         return finish(verdict, started, run_dir, logging.ERROR, message)
 
     checkpoints = run_dir / "checkpoints"
-    callbacks = [NonFiniteGuard(), ResumeState(), interrupt, *mode.callbacks(data, verdict, checkpoints)]
-    callbacks += sharded_preflight(cfg, data, verdict)
+    callbacks = [*start_checks(cfg, data, verdict, mode), NonFiniteGuard(), ResumeState(), interrupt]
+    callbacks += mode.callbacks(data, verdict, checkpoints)
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
     if ckpt_path is not None and cfg.ckpt_path is None:
@@ -249,13 +249,15 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
         )
 
 
-def sharded_preflight(cfg: DictConfig, data, verdict: Verdict) -> list:
-    """The callback that runs the model checks a sharded model allows, where it was built on the meta device."""
-    if not on_meta(cfg) or cfg.preflight is False:
+def start_checks(cfg: DictConfig, data, verdict: Verdict, mode) -> list:
+    """The callback that runs the preflight rows read once training starts (harness.checks.started): the model
+    checks of a model built on the meta device, the precision in use, and whether ranks read their own data (not
+    in overfit mode, where every rank reads the same n examples by design)."""
+    if cfg.preflight is False:
         return []
-    from harness.checks.sharded import ShardedPreflight
+    from harness.checks.started import StartChecks
 
-    return [ShardedPreflight(data, cfg, verdict.checks)]
+    return [StartChecks(data, cfg, verdict.checks, shared_data=mode.name == "overfit")]
 
 
 def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
@@ -300,7 +302,9 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
         )
     if isinstance(stopped, PreflightFailed):
         verdict.status = "PREFLIGHT_FAIL"
-        return f"preflight FAILED on the sharded model ({stopped}): training not started"
+        return (
+            f"preflight FAILED as training started ({stopped.check}, its row above says why): no step taken"
+        )
     log.error("%s: stopped; the weights are those before that step", stopped)
     verdict.status, verdict.nonfinite = "NONFINITE", {"step": stopped.step, "where": stopped.where}
     symptoms = verdict.items.setdefault("symptoms", [])
