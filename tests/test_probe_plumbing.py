@@ -122,11 +122,12 @@ def test_a_forks_probe_is_an_entry_like_the_built_ins(make_config, tmp_path):
         "ReseedProof",
         "Activations",
         "Symptoms",
+        "RankAgreement",
         "CountingProbe",
         "CountingProbe",
         "MetricSink",
     ]
-    mine, theirs = probes.probes[9:11]
+    mine, theirs = probes.probes[10:12]
     assert (mine.every, theirs.every) == (2, 3)
     assert mine.sink is probes.sink and mine.run.run_dir == tmp_path and mine.run.overfit
     full = make_config(*overrides, "mode=full", run_dir=tmp_path / "full")

@@ -20,6 +20,7 @@ where it logs nothing. See docs/contracts.md, Probe; a fork's own: docs/extendin
     reseed.py       hashes proving every overfit step saw the same inputs: verdict.json inputs_identical
     activations.py  every module's output: act/<module>/rms, mean, zero_frac, dead_frac, saturated (Activations)
     symptoms.py     the detectors reading all of the above: verdict.json symptoms, console, every logger
+    agreement.py    on several ranks, a checksum of the weights compared across them: ranks_diverged
     watch.py        wandb.watch, on request
     figures.py      the run's figures (matplotlib, imported only when one is drawn)
 

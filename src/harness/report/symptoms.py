@@ -31,6 +31,9 @@ SUGGESTIONS = {
     "debug=anomaly to see the operation",
     "dead_params": "the parameter gets no gradient: it is unused in forward, frozen, or cut off from the loss "
     "(a .detach(), an integer cast, a branch never taken)",
+    "ranks_diverged": "every rank must apply the same update: make every parameter in the model's __init__, before "
+    "the strategy wraps or shards it (one added or replaced later gets no averaged gradient); change weights or "
+    "optimizer state on every rank alike, never on one; resume every rank from the same checkpoint",
 }
 
 #: the statuses a symptom turns into SYMPTOM when asked (probes.symptoms.fail=true); others already fail
