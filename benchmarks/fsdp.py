@@ -10,7 +10,17 @@ step without them.
 
 How: `python -m benchmarks fsdp` starts torchrun with two processes on this machine, one torch thread each (the
 2-core machine's two cores); each runs worker() with the same schedule of variants, so both ranks switch at
-the same step, and rank 0 writes the figures."""
+the same step, and rank 0 writes the figures.
+
+The checks of scaled training are measured in the same way, on the same model and ranks, under trainer=fsdp and
+again under trainer=ddp (where every parameter is replicated): one Trainer each, both checks on against both off
+in alternating blocks. `rank_agreement` (harness.probes.agreement: the replicated weights' checksums and the step
+count compared across the ranks every 10 steps; under FSDP the step count alone, the weights being slices held
+once) is 1 + the probe's own time over a step, target <= 1.01 (`rank_agreement_ddp` the same under DDP);
+`step_loss` (harness.train.step_loss: every token of a step weighing the same, one all-reduce of two numbers and
+the gradients rescaled, against each rank's mean averaged) is 1 + its own time over a step, no target.
+`scale_checks` is the step-time ratio of both on over both off: the machine moves a block of 10 steps by a few
+percent, more than these checks cost, so it says only that nothing larger hides outside their own time."""
 
 from __future__ import annotations
 
@@ -18,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -25,27 +36,38 @@ from benchmarks import OUT, write
 from harness.train.devices import global_rank
 
 TARGET = 1.05
+SCALE_TARGET = 1.01  # the per-step checks of scaled training: at most 1% of a step
 PROCESSES = 2
 MODEL = "small"  # benchmarks.probes.MODELS: model=gpt model.size=small, 8 x 128 tokens a step
+SCALE_INNER = 20  # steps of each variant per repetition of the scale checks (a multiple of their period, 10)
 
 
-def main(reps: int = 3) -> dict:
+def main(reps: int = 3, scale_reps: int = 2) -> dict:
     """Run worker() on PROCESSES ranks under torchrun; {figure: (value, target met)} from what rank 0 wrote."""
     (OUT / "fsdp.json").unlink(missing_ok=True)  # never an earlier run's figures
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROCESSES}"]
     subprocess.run(
-        [*command, "-m", "benchmarks.fsdp", str(reps)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        [*command, "-m", "benchmarks.fsdp", str(reps), str(scale_reps)],
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     figures = json.loads((OUT / "fsdp.json").read_text())
     met = figures["probes"] <= TARGET and figures["probe_hooks"] <= TARGET
-    return {
+    out = {
         "probes": (figures["probes"], met),
         "probe_hooks": (figures["probe_hooks"], figures["probe_hooks"] <= TARGET),
     }
+    for suffix in ("", "_ddp"):
+        agreement = figures[f"rank_agreement{suffix}"]
+        out[f"rank_agreement{suffix}"] = (agreement, agreement <= SCALE_TARGET)
+        out[f"step_loss{suffix}"] = (figures[f"step_loss{suffix}"], None)
+        out[f"scale_checks{suffix}"] = (figures[f"scale_checks{suffix}"], None)
+    return out
 
 
-def worker(reps: int) -> None:
-    """One rank: benchmarks.probes.measure on a sharded Trainer of PROCESSES devices; rank 0 writes fsdp.json."""
+def worker(reps: int, scale_reps: int) -> None:
+    """One rank: benchmarks.probes.measure on a sharded Trainer of PROCESSES devices, then scale_checks under FSDP
+    and under DDP; rank 0 writes fsdp.json."""
     from benchmarks.probes import CHUNK, INNER, MODELS, measure
     from harness.train.sharding import FSDP
 
@@ -54,22 +76,96 @@ def worker(reps: int) -> None:
     result = measure(MODEL, reps, figures=("probes",), name="fsdp", strategy=FSDP(), devices=PROCESSES)[
         "probes"
     ]
+    scale = {"": scale_checks(scale_reps, "fsdp", FSDP()), "_ddp": scale_checks(scale_reps, "ddp", "ddp")}
     if global_rank() != 0:
         return
     reference = MODELS[MODEL]
     figures = {"probes": round(result["median"], 3), "probe_hooks": round(1 + result["hooks_share"], 3)}
+    for suffix, measured in scale.items():
+        figures[f"scale_checks{suffix}"] = round(measured["median"], 4)
+        for check in ("rank_agreement", "step_loss"):
+            figures[f"{check}{suffix}"] = round(1 + measured["hooks_share"][check], 4)
     details = {
-        "target": {"probes": f"<= {TARGET}", "probe_hooks": f"<= {TARGET}"},
+        "target": {
+            "probes": f"<= {TARGET}",
+            "probe_hooks": f"<= {TARGET}",
+            "rank_agreement": f"<= {SCALE_TARGET}",
+            "rank_agreement_ddp": f"<= {SCALE_TARGET}",
+        },
         "model": f"{reference.model.__name__}({reference.kwargs})",
         "batch_size_per_rank": reference.batch_size,
         "processes": PROCESSES,
-        "strategy": "trainer=fsdp (FSDP2, gloo)",
+        "strategy": "trainer=fsdp (FSDP2, gloo); the scale checks also under trainer=ddp (`_ddp`)",
         "steps_per_variant_per_repetition": INNER,
         "chunk": CHUNK,
         "probes_over_none": result,
+        "scale_checks_on_over_off": scale,
+        "scale_steps_per_variant_per_repetition": SCALE_INNER,
+        "scale_repetitions": scale_reps,
     }
     write("fsdp", figures, details)
 
 
+def scale_checks(reps: int, name: str, strategy) -> dict:
+    """compare() of the checks of scaled training on (the ranks' checksum probe, the module weighing every token of
+    the step alike) over off (no probe, each rank's mean averaged: the module told it runs alone), with each
+    check's own milliseconds a step and their share of a step without them (`hooks_share`: {check: share}). One
+    Trainer of PROCESSES ranks under `strategy`."""
+    from benchmarks.probes import Bench, compare, timed_hooks
+    from harness.probes import ProbeSet
+    from harness.probes.agreement import RankAgreement
+
+    clocks = {"rank_agreement": [0.0], "step_loss": [0.0]}
+    agreement = timed_hooks([ProbeSet([RankAgreement(every=10)])], clocks["rank_agreement"])
+
+    def use(on: bool):
+        def switch(bench) -> None:
+            module = bench.module
+            if "normalize" not in vars(module.step_loss):  # the weighing's own time, on its clock
+                module.step_loss.normalize = clocked(module.step_loss.normalize, clocks["step_loss"])
+            bench.use(agreement if on else [])
+            if on:
+                vars(module).pop("data_parallel", None)
+            else:  # as if alone: each rank's mean, averaged by the strategy
+                module.data_parallel = lambda: (1, 1)
+
+        return switch
+
+    bench = Bench(
+        f"scale_{name}",
+        MODEL,
+        agreement,
+        [],
+        {"off": use(False), "on": use(True)},
+        strategy=strategy,
+        devices=PROCESSES,
+    )
+    try:
+        bench.run("on", SCALE_INNER)  # past the first steps
+        for clock in clocks.values():
+            clock[0] = 0.0
+        result = compare(bench, "on", "off", reps, SCALE_INNER)
+    finally:
+        bench.close()
+    off_ms = result["ms_per_step"]["off"]
+    per_step = {check: 1e3 * clock[0] / (reps * SCALE_INNER) for check, clock in clocks.items()}
+    result["hooks_ms_per_step"] = {check: round(ms, 3) for check, ms in per_step.items()}
+    result["hooks_share"] = {check: round(ms / off_ms, 5) for check, ms in per_step.items()}
+    return result
+
+
+def clocked(fn, clock: list[float]):
+    """`fn`, adding the seconds each call takes to clock[0]."""
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            clock[0] += time.perf_counter() - started
+
+    return timed
+
+
 if __name__ == "__main__":
-    worker(int(sys.argv[1]))
+    worker(int(sys.argv[1]), int(sys.argv[2]))

@@ -6,7 +6,7 @@ preflight_scale.json: {"steps": s, "memory": m}, targets s <= 10 and m <= 1.5:
 
 Setup (main's defaults: GPT-2 small's width and depth): `HFCausalLM(arch="gpt2")`, random init, on the
 synthetic data at `length` tokens, in a `HarnessModule`; the preflight is the real `run_preflight` with a
-config composed from conf/train.yaml. Its model checks run on a sample batch of 4 training examples; the
+config composed from conf/train.yaml, and the `precision` row a one-process run reads as training starts. Its model checks run on a sample batch of 4 training examples; the
 step it is compared with trains on the same 4 examples (forward, masked loss, backward, AdamW step,
 zero_grad): the conservative comparison, a real run's batch being larger. The step's AdamW runs at learning
 rate 0 (the same work; the weights stay at their initialization, so every preflight checks the model a run
@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -169,9 +170,19 @@ class Subject:
         self.failed: dict[str, str] = {}
 
     def preflight(self) -> None:
+        """The preflight's rows, and the one read as training starts on one process (`precision`: one forward and
+        the loss, in the Trainer's precision, here fp32), as a run meets them."""
+        from harness.checks.precision import precision
         from harness.checks.preflight import run_preflight
 
-        for row in run_preflight(self.module, self.data, self.cfg):
+        rows = run_preflight(self.module, self.data, self.cfg)
+        started = time.perf_counter()
+        setting = "trainer.precision=32-true"
+        row = precision(
+            self.module.model, self.batch, self.module.loss, nullcontext(), torch.float32, setting
+        )
+        rows.append({**row.as_dict(), "seconds": time.perf_counter() - started})
+        for row in rows:
             self.check_seconds.setdefault(row["name"], []).append(row["seconds"])
             if row["status"] == "FAIL":
                 self.failed[row["name"]] = row["detail"]

@@ -233,6 +233,17 @@ def compare(bench: Bench, on: str, off: str, reps: int, inner: int) -> dict:
     }
 
 
+def compare_hooks(bench: Bench, variant: str, clock: list[float], reps: int, inner: int) -> dict:
+    """compare() of `variant` against "off", with the milliseconds a step spends in the variant's own hooks (timed
+    on `clock` by timed_hooks) and their share of a step without it (`hooks_share`)."""
+    clock[0] = 0.0
+    result = compare(bench, variant, "off", reps, inner)
+    hooks_ms = 1e3 * clock[0] / (reps * inner)
+    result["hooks_ms_per_step"] = round(hooks_ms, 3)
+    result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 5)
+    return result
+
+
 class Floor(pl.Callback):
     """The least that per-layer gradient and weight norms and the logit statistics (items the probes must do
     every step) can cost a step: the gradients' norms (the guard's, reused), the weights' in one call, the
@@ -314,12 +325,7 @@ def measure(model_name: str, reps: int, figures: tuple[str, ...] | None = None, 
             if variant not in reference.figures:
                 continue
             variant_reps = reps if variant == "probes" else max(3, reps // 2)
-            clocks[variant][0] = 0.0
-            result = compare(bench, variant, "off", variant_reps, INNER)
-            hooks_ms = 1e3 * clocks[variant][0] / (variant_reps * INNER)
-            result["hooks_ms_per_step"] = round(hooks_ms, 3)
-            result["hooks_share"] = round(hooks_ms / result["ms_per_step"]["off"], 4)
-            results[variant] = result
+            results[variant] = compare_hooks(bench, variant, clocks[variant], variant_reps, INNER)
         if "symptoms" in reference.figures:
             # a 2% target on a figure the machine moves by more: three times the repetitions where steps are quick
             symptom_reps = reps if reference.reps else 3 * reps
