@@ -121,8 +121,11 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
     def use(on: bool):
         def switch(bench) -> None:
             module = bench.module
-            if "normalize" not in vars(module.step_loss):  # the weighing's own time, on its clock
-                module.step_loss.normalize = clocked(module.step_loss.normalize, clocks["step_loss"])
+            if "weigh" not in vars(module.step_loss):  # the weighing's own time (both halves), on its clock
+                for part in ("weigh", "normalize"):
+                    setattr(
+                        module.step_loss, part, clocked(getattr(module.step_loss, part), clocks["step_loss"])
+                    )
             bench.use(agreement if on else [])
             if on:
                 vars(module).pop("data_parallel", None)
