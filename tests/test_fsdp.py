@@ -26,7 +26,7 @@ from tests.conftest import (
     compose_config,
     needs_probes,
     run_command,
-    start_command,
+    torchrun_nodes,
     train,
 )
 
@@ -330,14 +330,6 @@ def test_a_sanity_validation_leaves_the_sharded_model_in_slices_for_the_probes(t
     assert "grad_norm/blocks.0.attention.qkv.weight" in metrics(tmp_path / "run")[0]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @needs_probes
 @pytest.mark.slow  # two torchrun launches, one process each
 def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
@@ -347,21 +339,11 @@ def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
     rendezvous, each running train.py from the top, as on a cluster. Same seed, overfit mode: the one-process
     run's per-layer norms, under the same names; rank 0 alone writes the run's files, each rank its own log."""
     _, alone_dir = overfit_pair["cpu"]
-    run_dir, port = tmp_path / "run", free_port()
+    run_dir = tmp_path / "run"
     args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "logger=tensorboard", *SHORT]
-    command = [
-        *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"),
-        *("--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=two-nodes"),
-        *(str(ROOT / "train.py"), *args, "trainer.devices=1", "trainer.num_nodes=2"),
-        *(f"data.root={data_root}", f"hydra.run.dir={run_dir}"),
-    ]
-    nodes = [start_command(*command, cwd=tmp_path) for _ in range(2)]
-    try:
-        errors = [node.communicate(timeout=300)[1] for node in nodes]
-    finally:
-        for node in nodes:  # a hang leaves no launch behind
-            node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
+    args += ["trainer.devices=1", "trainer.num_nodes=2", f"data.root={data_root}", f"hydra.run.dir={run_dir}"]
+    nodes = torchrun_nodes(*args, cwd=tmp_path, name="two-nodes")
+    assert [code for code, _ in nodes] == [0, 0], nodes[0][1][-3000:] + nodes[1][1][-3000:]
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["status"] == "PASS", verdict
     logs = {p.name: p.read_text() for p in run_dir.glob("train*.log")}

@@ -9,7 +9,6 @@ mistakes are tests/fork_scale.py's; each names its row or symptom, and the contr
 from __future__ import annotations
 
 import contextlib
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from harness.ops.loss import CrossEntropy, LabelSmoothing, ZLoss
 from harness.report.verdict import read_verdict
 from harness.train.module import HarnessModule
 from tests import fork_data, fork_scale
-from tests.conftest import PROBES_OFF, needs_probes, start_command, train
+from tests.conftest import PROBES_OFF, needs_probes, torchrun_nodes, train
 
 FORK = (f"hydra.searchpath=[file://{Path(__file__).parent / 'conf'}]", "data=fork")
 #: one plain SGD step, no clipping, no schedule: the weights move by exactly lr x the step's gradient
@@ -323,28 +322,23 @@ def test_two_ranks_of_four_step_as_one_batch_of_eight_does(split_steps, task, sp
 @pytest.mark.slow  # two torchrun launches, one process each
 def test_two_nodes_of_four_step_as_one_batch_of_eight_does(split_steps, tmp_path):
     """Two "machines" on 127.0.0.1 (torchrun --nnodes=2, a c10d rendezvous), each a rank of 4 documents."""
-    from tests.test_fsdp import ROOT, free_port
-
-    run_dir, port = tmp_path / "run", free_port()
-    command = [
-        *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"),
-        *("--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=split-step"),
-        *(str(ROOT / "train.py"), *FORK, "data._target_=tests.fork_scale.EightDocuments", *ONE_STEP),
-        *(
-            "data.batch_size=4",
-            "trainer=ddp",
-            "trainer.devices=1",
-            "trainer.num_nodes=2",
-            f"hydra.run.dir={run_dir}",
-        ),
-    ]
-    nodes = [start_command(*command, cwd=tmp_path) for _ in range(2)]
-    try:
-        errors = [node.communicate(timeout=300)[1] for node in nodes]
-    finally:
-        for node in nodes:  # a hang leaves no launch behind
-            node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
+    run_dir = tmp_path / "run"
+    args = (
+        *FORK,
+        "data._target_=tests.fork_scale.EightDocuments",
+        *ONE_STEP,
+        "data.batch_size=4",
+        "trainer=ddp",
+    )
+    nodes = torchrun_nodes(
+        *args,
+        "trainer.devices=1",
+        "trainer.num_nodes=2",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        name="step",
+    )
+    assert [code for code, _ in nodes] == [0, 0], nodes[0][1][-3000:] + nodes[1][1][-3000:]
     whole = split_steps["lm", "whole"]
     gap, step = step_gap(final_weights(whole), final_weights(run_dir), torch.load(whole / "initial.pt"))
     assert step > 1e-3 and gap <= 1e-5 * step, (
