@@ -17,7 +17,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.report.verdict import read_verdict
-from harness.train.signals import Interrupted, SignalGate, loky_workers
+from harness.train.signals import Held, Interrupted, SignalGate, loky_workers, raise_received
 from tests.conftest import PROBES_OFF, ROOT
 
 FORK = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
@@ -107,6 +107,34 @@ def test_gate_raises_at_once_defers_in_a_step_and_a_repeat_raises(monkeypatch):
     held = SignalGate(holding=True)
     held.handle(signal.SIGTERM, None)  # writing the verdict: only noted
     assert held.received == signal.SIGTERM
+
+
+def test_a_signal_inside_a_held_import_is_raised_after_it_and_a_lost_one_before_the_job():
+    """Torch's import calls back into Python from C++: a handler raising there aborts the process (a pybind11
+    error nobody catches) or leaves it to crash at exit. Held notes it and raises once the import is done; a
+    signal a library's `except Exception` swallowed is raised by raise_received before the job starts."""
+    gate = SignalGate()
+    gate.install()
+    try:
+        with pytest.raises(Interrupted) as stop, Held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here, inside: noted only
+            survived = True
+        assert survived and stop.value.signum == signal.SIGTERM and not gate.holding
+        lost = SignalGate()
+        lost.install()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        except Interrupted:  # what a C import turned into another exception, and a fallback swallowed
+            pass
+        with pytest.raises(Interrupted) as again:
+            raise_received()
+        assert again.value.signum == signal.SIGINT
+        lost.restore()
+    finally:
+        gate.restore()
+    raise_received()  # no gate of harness's: nothing to raise
 
 
 def test_dataset_too_big_for_memory_is_refused_naming_the_key():

@@ -72,12 +72,14 @@ def start(config_dir: Path, mode: str | None = None) -> None:
     from harness.cli.door import check_overrides, fixed_mode
     from harness.cli.task import task
     from harness.compat import import_lightning
+    from harness.train.signals import raise_received
 
     if mode is not None:
         sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
     # first: a typo costs a second, not the imports below; what it hands back (a dir it emptied) goes to Hydra
     sys.argv += check_overrides(sys.argv[1:], config_dir)
     import_lightning()  # before Hydra sets up logging, so conf/ sets its levels (the door may have already)
+    raise_received()  # a signal the door's imports lost: the job does not start
 
     route_lightning_logs()
     for pattern in QUIET:

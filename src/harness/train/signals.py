@@ -127,18 +127,42 @@ def run_guarded(work) -> None:
         leave_at_once()
 
 
-class CalmStart:
-    """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
-    blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own; and this
-    process's gate only notes one meanwhile (its handler may run inside fork's own hooks, which swallow what it
-    raises), `check()` raising it once the pool exists to be ended."""
+class Held:
+    """Inside, this process's gate only notes a signal; on leaving, one that came meanwhile is raised as
+    Interrupted, as the gate would have. For code a Python exception must not cross: a C extension's import
+    (torch's calls back into Python from C++, and an exception raised there aborts the process or leaves it to
+    crash at exit), fork's own hooks (which swallow what a handler raises)."""
 
-    def __enter__(self) -> CalmStart:
+    def __enter__(self) -> Held:
         self.gate = gate_of(signal.getsignal(signal.SIGTERM))
         self.before = self.gate.received if self.gate else None
         self.holding = self.gate.holding if self.gate else False
         if self.gate is not None:
             self.gate.holding = True
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self.gate is not None:
+            self.gate.holding = self.holding
+        if kind is None:
+            self.check()
+
+    def check(self) -> None:
+        """Raise Interrupted for a signal that came while held, as the gate would have."""
+        gate = self.gate
+        if gate is None or gate.received is None or gate.received == self.before:
+            return
+        if not (gate.holding or gate.deferring):
+            raise Interrupted(gate.received)
+
+
+class CalmStart(Held):
+    """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
+    also blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own.
+    A signal that came meanwhile is raised by `check()` once the pool exists to be ended, not on leaving."""
+
+    def __enter__(self) -> CalmStart:
+        super().__enter__()
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         return self
 
@@ -146,14 +170,6 @@ class CalmStart:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         if self.gate is not None:
             self.gate.holding = self.holding
-
-    def check(self) -> None:
-        """Raise Interrupted for a signal that came while the workers started, as the gate would have."""
-        gate = self.gate
-        if gate is None or gate.received is None or gate.received == self.before:
-            return
-        if not (gate.holding or gate.deferring):
-            raise Interrupted(gate.received)
 
 
 def calm_worker() -> None:
@@ -171,6 +187,15 @@ def received() -> int | None:
     errors into a line, which a signal landing inside a library can look like."""
     gate = gate_of(signal.getsignal(signal.SIGTERM))
     return None if gate is None else gate.received
+
+
+def raise_received() -> None:
+    """Raise Interrupted for a signal the gate has received and that was lost on its way: raised inside a C
+    extension's import, it can come back as another exception, which a library's fallback (`except Exception`)
+    takes for a refusal and goes on. Called where start-up hands over to the job: never a run that goes on."""
+    gate = gate_of(signal.getsignal(signal.SIGTERM))
+    if gate is not None and gate.received is not None and not (gate.holding or gate.deferring):
+        raise Interrupted(gate.received)
 
 
 def gate_of(handler) -> SignalGate | None:
