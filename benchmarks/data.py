@@ -145,8 +145,8 @@ def stdlib_data(
 def throughput(data, reps: int) -> dict:
     """Seconds of `prepare(data)` (its shards deleted first) and of a bare encode_batch of the same texts,
     alternating (see the module docstring); the shards are left prepared."""
+    from harness.data.integrity import read_meta
     from harness.data.prepare import prepare
-    from harness.data.whole import read_meta
 
     texts = [Path(path).read_text(encoding="utf-8") for path, _ in data.corpus.files]
     backend = data.corpus.trained_bpe().backend

@@ -33,7 +33,7 @@ import time
 import torch
 
 from benchmarks import OUT, write
-from harness.train.devices import global_rank
+from harness.ranks import global_rank
 
 TARGET = 1.05
 SCALE_TARGET = 1.01  # the per-step checks of scaled training: at most 1% of a step

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.batches import to_device, training_mode
 from harness.checks import FAIL, PASS, CheckResult
+from harness.data.batch import to_device, training_mode
 
 
 def eval_deterministic(model: nn.Module, batch: dict, cfg=None) -> CheckResult:

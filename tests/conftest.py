@@ -70,7 +70,7 @@ def data_root(tmp_path_factory) -> Path:
 
 
 def compose_config(overrides: list[str], run_dir: Path, data_root: Path):
-    """The config train.py would build for `overrides`, ready for harness.train.run.run (HydraConfig set)."""
+    """The config train.py would build for `overrides`, ready for harness.tasks.training.run (HydraConfig set)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="train"):
         root = (
             [] if set(OWN_ROOT) & set(overrides) else [f"data.root={data_root}"]

@@ -14,7 +14,7 @@ PARTS = {
     "harness.train": "training",
     "harness.checks": "preflight",
     "harness.probes": "probes",
-    "harness.report.evaluate": "eval",
+    "harness.tasks.evaluate": "eval",
 }
 
 

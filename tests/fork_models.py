@@ -147,3 +147,21 @@ class KillAt(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.kill(trainer, "on_train_batch_start")
+
+
+class StackAtFit(pl.Callback):
+    """A callback (+callbacks.stack._target_=tests.fork_models.StackAtFit) that writes, as Trainer.fit starts, the
+    harness functions on the call stack from the entry down (one `module.function` a line) to STACK_FILE."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import os
+        import pathlib
+        import traceback
+
+        package = pathlib.Path(__file__).resolve().parents[1] / "src" / "harness"
+        frames = [
+            f"{pathlib.Path(f.filename).relative_to(package).with_suffix('')}.{f.name}".replace("/", ".")
+            for f in traceback.extract_stack()
+            if pathlib.Path(f.filename).resolve().is_relative_to(package)
+        ]
+        pathlib.Path(os.environ["STACK_FILE"]).write_text("\n".join(frames) + "\n")

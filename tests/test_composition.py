@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from harness.config import validate
 from harness.errors import ConfigError
+from harness.tasks.validate import validate
 from harness.train.rules import TRAINER_KEYS
 from tests.conftest import CONF, PROBES_OFF, train
 
@@ -20,7 +20,7 @@ QUICK = ("preflight=false", *PROBES_OFF)
 
 
 def trainer_for(cfg, tmp_path):
-    """The Trainer harness.train.run builds for `cfg`, with the callbacks group's callbacks (no fit)."""
+    """The Trainer harness.tasks.training builds for `cfg`, with the callbacks group's callbacks (no fit)."""
     from harness.train.trainer import build_callbacks, build_trainer
 
     return build_trainer(cfg, tmp_path, build_callbacks(cfg), [])
@@ -38,7 +38,7 @@ def test_a_trainer_key_harness_sets_is_refused_naming_the_key_to_use(key, make_c
 
 def test_the_command_line_refuses_trainer_max_epochs_in_one_line(capsys, tmp_path, monkeypatch):
     """At the door, before Lightning is imported: exit 2 and one line, not a TypeError from Trainer()."""
-    from harness.cli.door import check_overrides
+    from harness.cli.overrides import check_overrides
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
@@ -54,12 +54,12 @@ def test_the_command_line_refuses_trainer_max_epochs_in_one_line(capsys, tmp_pat
 def test_build_trainer_sets_no_trainer_key_that_is_not_refused(make_config, tmp_path, monkeypatch):
     """Every argument harness passes itself is either refused under trainer. (TRAINER_KEYS) or a default a trainer
     key replaces: a new one added to build_trainer without either would crash as `multiple values` again."""
-    import harness.train.run
+    import harness.tasks.training
 
     seen = {}
-    monkeypatch.setattr(harness.train.run.pl, "Trainer", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(harness.tasks.training.pl, "Trainer", lambda **kwargs: seen.update(kwargs))
     cfg = make_config("+trainer.num_sanity_val_steps=2")
-    harness.train.run.build_trainer(cfg, tmp_path, [], [])
+    harness.tasks.training.build_trainer(cfg, tmp_path, [], [])
     assert seen["num_sanity_val_steps"] == 2  # a harness default the trainer key replaced
     # the defaults a trainer key replaces (enable_model_summary: test_enable_model_summary_works_both_ways)
     defaults = {"num_sanity_val_steps", "enable_model_summary"}
@@ -132,7 +132,7 @@ def test_a_callback_argument_it_does_not_take_is_one_line(make_config):
 
 def test_callbacks_rich_trains_with_rich_s_bar(make_config, tmp_path, one_thread):
     """Rich's progress bar and summary through a real (two-step) full run: they must not break the fit."""
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     verdict = run(make_config("mode=full", "callbacks=rich", "mode.max_steps=2", "mode.val_every=2", *QUICK))
     assert verdict["status"] == "DONE" and verdict["steps"] == 2, verdict
@@ -140,7 +140,7 @@ def test_callbacks_rich_trains_with_rich_s_bar(make_config, tmp_path, one_thread
 
 def test_callbacks_early_stopping_stops_a_full_run(make_config, one_thread):
     """No improvement can count (min_delta 100): the second validation stops the run, long before max_steps."""
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     cfg = make_config(
         "mode=full",
@@ -157,7 +157,8 @@ def test_callbacks_early_stopping_stops_a_full_run(make_config, one_thread):
 
 
 def test_overfit_still_passes_with_the_default_callbacks(make_config, one_thread):
-    from harness.train.run import exit_code, run
+    from harness.report.verdict import exit_code
+    from harness.tasks.training import run
 
     cfg = make_config("n=1", *QUICK)
     assert [c for c in cfg.callbacks] == ["model_summary", "lr_monitor", "progress_bar"]
@@ -172,7 +173,8 @@ def test_overfit_still_passes_with_the_default_callbacks(make_config, one_thread
 @pytest.mark.parametrize("mode", ["overfit", "full"])
 def test_debug_fdr_is_reported_as_debug_not_fail(mode, make_config, tmp_path, one_thread):
     """One batch, status DEBUG (exit 0) whatever the mode, and no checkpoint (the mode's own included)."""
-    from harness.train.run import exit_code, run
+    from harness.report.verdict import exit_code
+    from harness.tasks.training import run
 
     verdict = run(make_config("debug=fdr", f"mode={mode}", "preflight=false", run_dir=tmp_path / "fdr"))
     assert (verdict["status"], verdict["debug"], verdict["steps"]) == ("DEBUG", "fdr", 1), verdict
@@ -182,7 +184,7 @@ def test_debug_fdr_is_reported_as_debug_not_fail(mode, make_config, tmp_path, on
 
 
 def test_debug_limit_runs_a_few_steps_and_is_not_judged(make_config, one_thread):
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     verdict = run(make_config("debug=limit", "mode=full", *QUICK))
     assert (verdict["status"], verdict["debug"], verdict["steps"]) == ("DEBUG", "limit", 10), verdict
@@ -253,10 +255,10 @@ def test_no_config_hard_codes_the_data_or_outputs_folder():
 
 
 def test_config_tree_is_saved_whole_and_printed_short(make_config, tmp_path, caplog):
-    from harness.config.tree import show_config
+    from harness.config.show import show_config
 
     cfg = make_config("model=rnn")
-    with caplog.at_level(logging.INFO, logger="harness.config.tree"):
+    with caplog.at_level(logging.INFO, logger="harness.config.show"):
         path = show_config(cfg, tmp_path)
     whole = path.read_text()
     assert path.name == "config_tree.log"

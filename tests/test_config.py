@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from harness.config import validate
 from harness.errors import ConfigError
+from harness.tasks.validate import validate
 from tests.conftest import CONF, sampled
 
 
@@ -107,7 +107,7 @@ def test_bad_values_are_refused_naming_the_key(override, key, make_config):
 def test_schema_refuses_a_wrong_type_while_composing(override, expected, capsys, tmp_path, monkeypatch):
     """The schema (harness/schema.py) types harness's own keys: Hydra refuses the value before anything runs,
     and the command line says which key and what it takes, in one line."""
-    from harness.cli.door import check_overrides
+    from harness.cli.overrides import check_overrides
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
@@ -137,7 +137,7 @@ def test_an_argument_the_target_does_not_take_is_named(make_config):
 
 def test_every_mode_is_one_entry_of_one_table_and_each_has_its_typed_config():
     """The schema's MODES names every mode once: its typed config (each conf/mode/*.yaml starts from it) and the
-    class that trains in it; mode=eval (harness.report.evaluate) trains in none."""
+    class that trains in it; mode=eval (harness.tasks.evaluate) trains in none."""
     from hydra.utils import get_class
 
     from harness.config.schema import MODES
@@ -152,22 +152,22 @@ def test_every_mode_is_one_entry_of_one_table_and_each_has_its_typed_config():
 
 def test_validation_runs_once_per_job(make_config, monkeypatch, tmp_path):
     """The door validates every job's config before anything runs; the job it started checks only its machine."""
-    import harness.cli.door  # noqa: F401  (its validate is looked up when the door runs)
-    import harness.config
-    import harness.train.run
-    from harness.cli.door import check_overrides
-    from harness.cli.task import perform
+    import harness.cli.overrides  # noqa: F401  (its validate is looked up when the door runs)
+    import harness.tasks.training
+    import harness.tasks.validate
+    from harness.cli.overrides import check_overrides
+    from harness.tasks.job import perform
     from tests.conftest import CONF, PROBES_OFF
 
     seen = []
-    real = harness.config.validate
+    real = harness.tasks.validate.validate
 
     def counted(cfg, *args, **kwargs):
         seen.append(cfg.n)
         return real(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(harness.config, "validate", counted)  # the door's
-    monkeypatch.setattr(harness.train.run, "validate", counted)  # a job's
+    monkeypatch.setattr(harness.tasks.validate, "validate", counted)  # the door's
+    monkeypatch.setattr(harness.tasks.training, "validate", counted)  # a job's
     check_overrides(["-m", "n=1,2", f"hydra.sweep.dir={tmp_path}/sweep"], CONF)
     assert sorted(seen) == [1, 2]  # once for each job of the sweep
     seen.clear()

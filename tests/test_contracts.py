@@ -11,7 +11,7 @@ from torch import nn
 
 import harness
 from harness.errors import ConfigError
-from harness.train.run import build, run
+from harness.tasks.training import build, run
 from tests.conftest import PROBES_OFF, sampled
 
 MODELS = ["transformer", "rnn", "lstm", "gpt"]

@@ -14,13 +14,13 @@ import sys
 import numpy as np
 import pytest
 
-from harness.data import CorpusDataModule, shards, whole
+from harness.data import CorpusDataModule, integrity, shards
 from harness.data import prepare as preparing
 from harness.data.sampler import ResumableLoader
 from harness.data.tokenizer import END_OF_TEXT, train_bpe
 from harness.errors import ConfigError
+from harness.tasks.training import run
 from harness.train.overfit import Head
-from harness.train.run import run
 from tests.conftest import PROBES_OFF, ROOT, run_command
 
 WORDS = [
@@ -98,7 +98,7 @@ def test_shards_hold_the_corpus_token_for_token(corpus, tmp_path):
     assert [len(s) for s in stream] == [s["tokens"] for s in meta["shards"]]
     assert sum(map(len, stream)) == meta["tokens"] == sum(p["tokens"] for p in meta["splits"].values())
     assert meta["splits"]["val"]["tokens"] == round(meta["tokens"] * 0.1)
-    assert whole.damage(dm.dataset_dir) is None
+    assert integrity.damage(dm.dataset_dir) is None
     assert dm.tokenizer.decode(np.concatenate(stream).tolist()) == "".join(d + END_OF_TEXT for d in docs)
 
 
@@ -232,7 +232,7 @@ def test_two_processes_preparing_at_once_leave_one_whole_folder(corpus, tmp_path
         assert w.exitcode == 0
     dm = datamodule(folder, tmp_path / "data")
     assert [p.name for p in dm.dataset_dir.parent.iterdir()] == [dm.dataset_dir.name]
-    assert whole.damage(dm.dataset_dir) is None
+    assert integrity.damage(dm.dataset_dir) is None
 
 
 def test_bad_inputs_are_one_line_config_errors_and_leave_nothing(corpus, tmp_path, monkeypatch):
@@ -361,7 +361,7 @@ def test_a_damaged_corpus_cache_is_prepared_again(name, corpus, tmp_path, caplog
         again = ready(datamodule(folder, tmp_path / "data"))
     assert "preparing it again" in caplog.text, caplog.text
     assert [again.train_dataset.record(i) for i in range(len(again.train_dataset))] == records
-    assert whole.damage(again.dataset_dir) is None
+    assert integrity.damage(again.dataset_dir) is None
 
 
 def test_a_damaged_bpe_tokenizer_is_trained_again(corpus, tmp_path, caplog):
@@ -379,7 +379,7 @@ def test_a_shard_is_read_for_its_checksum_once_per_state(corpus, tmp_path, monke
     folder, _ = corpus
     dm = ready(datamodule(folder, tmp_path / "data", val_fraction=0.3))
     read = []
-    monkeypatch.setattr(whole, "sha256_file", lambda path: read.append(path.name) or sha256_of(path))
+    monkeypatch.setattr(integrity, "sha256_file", lambda path: read.append(path.name) or sha256_of(path))
     ready(datamodule(folder, tmp_path / "data", val_fraction=0.3))
     assert read == [], "the preparer recorded what it wrote: nothing to read again"
     os.utime(dm.dataset_dir / "shard-00000.bin")  # same bytes, its state changed

@@ -163,7 +163,7 @@ def test_a_target_outside_the_mask_may_be_anything():
     first = next(iter(data.train_dataloader()))
     first["targets"][~first["loss_mask"]] = -100
     assert checks.ids_in_range(None, _Fixed(data, first), config(16)).status == checks.PASS
-    loss = checks.base.masked_loss(torch.zeros(*first["targets"].shape, data.tokenizer.vocab_size), first)
+    loss = checks.result.masked_loss(torch.zeros(*first["targets"].shape, data.tokenizer.vocab_size), first)
     assert torch.isfinite(loss)
 
 

@@ -71,7 +71,7 @@ def faulty(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_a_faulty_folder_is_one_short_line_naming_it(name, make_config, tmp_path):
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     folder, expected = faulty(tmp_path, name)
     with pytest.raises(ConfigError) as err:
@@ -159,7 +159,7 @@ def test_a_cache_whose_content_is_wrong_under_matching_checksums_is_regenerated(
 def test_an_empty_validation_split_is_bad_input(mode, make_config, tmp_path):
     """It was a preflight FAIL (exit 3) with data=folder mode=full, where the synthetic source refuses
     data.val_size=0 at the door (exit 2): a split with no example is bad input, whichever source and mode."""
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     folder = write_folder(tmp_path / "mine", GOOD)
     (folder / "val.jsonl").write_bytes(b"")
@@ -176,7 +176,7 @@ def test_an_empty_validation_split_is_bad_input(mode, make_config, tmp_path):
 
 def test_a_forks_empty_split_is_bad_input_too(make_config, tmp_path):
     """Any source, not only the built-in ones: checked once the datamodule is set up."""
-    from harness.train.run import check_splits
+    from harness.tasks.training import check_splits
 
     class Fork:
         train_dataset, val_dataset = [1, 2, 3], []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.report.doctor import Rung, diagnose, substitute_overrides
+from harness.tasks.doctor import Rung, diagnose, substitute_overrides
 
 PASS = {"status": "PASS", "steps": 20, "final_loss": 0.01, "symptoms": []}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.door import check_overrides
+from harness.cli.overrides import check_overrides
 from harness.errors import ConfigError
 from tests.conftest import CONF, PROBES_OFF, run_command, sampled
 
@@ -126,7 +126,7 @@ def test_a_read_only_data_root_is_refused_naming_it(capsys, tmp_path):
 
 @pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs /sys, which no one may write")
 def test_an_existing_read_only_data_root_is_refused_when_the_dataset_must_be_made(make_config):
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     with pytest.raises(ConfigError, match=r"^data.root=/sys: cannot write the dataset there"):
         run(make_config("data.root=/sys", "preflight=false", *PROBES_OFF))
@@ -143,7 +143,7 @@ def test_bad_values_through_train_py_exit_2_in_one_line(run_train, tmp_path):
 
 def test_the_trainer_argument_lightning_refuses_is_named(make_config):
     """Past the door (a value only Lightning checks): the key is named, not `trainer.?`."""
-    from harness.train.run import build_trainer
+    from harness.tasks.training import build_trainer
 
     cfg = make_config("trainer.gradient_clip_val=abc")
     with pytest.raises(ConfigError, match=r"^trainer.gradient_clip_val=abc: Lightning refuses it"):
@@ -180,12 +180,12 @@ def test_a_sweep_dir_holding_verdicts_is_refused(capsys, tmp_path):
 
 
 def test_a_job_refuses_an_earlier_runs_dir_and_keeps_its_verdict(make_config, tmp_path, capsys):
-    """The Hydra job itself (harness.cli.task, what every launcher calls) refuses too, and writes nothing there."""
-    from harness.cli.task import task
+    """The Hydra job itself (harness.tasks.job, what every launcher calls) refuses too, and writes nothing there."""
+    from harness.tasks.job import job
 
     write_verdict(tmp_path / "run", "PASS")
     with pytest.raises(SystemExit) as stop:
-        task(make_config("preflight=false", *PROBES_OFF))
+        job(make_config("preflight=false", *PROBES_OFF))
     assert stop.value.code == 2 and "already holds a run (verdict PASS)" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "PASS"
     assert not (tmp_path / "run" / "metrics.csv").exists()
@@ -193,11 +193,11 @@ def test_a_job_refuses_an_earlier_runs_dir_and_keeps_its_verdict(make_config, tm
 
 def test_interrupted_run_dir_is_the_same_run_started_again(make_config, tmp_path, one_thread):
     """A requeued job reruns in the dir whose verdict says INTERRUPTED: not refused, it runs to its verdict."""
-    from harness.cli.task import task
+    from harness.tasks.job import job
 
     write_verdict(tmp_path / "run", "INTERRUPTED")
     with pytest.raises(SystemExit) as stop:  # a single run exits with its verdict's code
-        task(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF))
+        job(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF))
     assert stop.value.code == 1 and json.loads((tmp_path / "run" / "verdict.json").read_text())["steps"] == 2
 
 
@@ -207,7 +207,7 @@ def test_interrupted_run_dir_is_the_same_run_started_again(make_config, tmp_path
 @pytest.fixture
 def overfit_then_full(tmp_path, make_config, one_thread):
     """An overfit run under outputs/runs/, then the config of a full run beside it with ckpt_path=last."""
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     runs = tmp_path / "outputs" / "runs" / "day"
     run(make_config("preflight=false", "mode.max_steps=2", *PROBES_OFF, run_dir=runs / "overfit"))
@@ -222,7 +222,7 @@ def overfit_then_full(tmp_path, make_config, one_thread):
 
 
 def test_a_checkpoint_of_another_mode_is_refused(overfit_then_full):
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     runs, full = overfit_then_full
     with pytest.raises(ConfigError) as err:
@@ -234,7 +234,7 @@ def test_a_checkpoint_of_another_mode_is_refused(overfit_then_full):
 
 
 def test_resume_names_the_run_and_mode_it_resumes_from(overfit_then_full, caplog):
-    from harness.train.run import run
+    from harness.tasks.training import run
 
     runs, full = overfit_then_full
     with caplog.at_level("INFO", logger="harness.train.checkpoints"):

@@ -10,9 +10,9 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from harness.cli.task import perform
 from harness.errors import ConfigError
-from harness.train.run import run
+from harness.tasks.job import perform
+from harness.tasks.training import run
 from tests.conftest import PROBES_OFF, ROOT, run_command
 
 CORPUS = "\n".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(400))

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
-from harness.report.verdict import read_verdict
-from harness.train.run import exit_code, run
+from harness.report.verdict import exit_code, read_verdict
+from harness.tasks.training import run
 from tests.conftest import PROBES_OFF, ROOT, start_train, wait_for_steps
 
 FORK = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from harness.cli.door import check_overrides
-from harness.cli.task import perform
+from harness.cli.overrides import check_overrides
 from harness.models import GPT, Transformer
+from harness.tasks.job import perform
 from harness.train.devices import processes
 from harness.train.sharding import materialize, unit_names
 from tests.conftest import (

@@ -12,7 +12,7 @@ from harness.config import build
 from harness.errors import ConfigError
 from harness.models import GPT
 from harness.models.gpt import rotary_angles, rotate
-from harness.train.run import run
+from harness.tasks.training import run
 
 VOCAB = 4096  # a small BPE's vocabulary: the size the tiny and small presets are named for
 POSITIONS = ["learned", "rope"]

@@ -1,7 +1,7 @@
 """The examples of docs/extending.md work as the guide says: each extension point, run for real.
 
 One train.py subprocess (a fork's model and preflight check through the command line); everything else
-in-process through harness.train.run.run and the real classes, which is the same code without the start-up."""
+in-process through harness.tasks.training.run and the real classes, which is the same code without the start-up."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from harness.checks import FAIL, PASS
 from harness.data import FolderDataModule
 from harness.errors import ConfigError
 from harness.ops import Twin, max_difference, registered
+from harness.tasks.training import build, run
 from harness.train.module import HarnessModule
-from harness.train.run import build, run
 from tests.conftest import PROBES_OFF, needs_probes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_own_model_conf_file(make_config):
 def test_own_conf_folder_passes_the_command_line_check():
     """train.py checks every override before anything runs: with hydra.searchpath the guide's conf folder
     (outside conf/) is looked in there too, and without it the option does not exist."""
-    from harness.cli.door import check_overrides
+    from harness.cli.overrides import check_overrides
 
     check_overrides([SEARCHPATH, "model=conv", "n=1"], ROOT / "conf")
     with pytest.raises(SystemExit) as stop:

@@ -1,13 +1,15 @@
 """The project's layout: parts a fork may delete take nothing else with them.
 
 The probes are one such part (src/harness/probes/, conf/probes/, their tests test_probes.py and test_probe_plumbing.py): the config names
-their group as optional, harness.train.run builds them through the config's `_target_` alone, and no other module
+their group as optional, harness.tasks.training builds them through the config's `_target_` alone, and no other module
 or test imports them at module level. A copy of the project without them trains to PASS and its test suite
 still collects, and its tests run where they no longer reach for the probes."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -102,17 +104,196 @@ def test_no_file_over_400_lines_and_no_function_over_60():
     assert not too_long, too_long
 
 
-def test_every_old_module_name_still_imports_as_its_new_module():
+#: the layers of the package, lowest first (harness/__init__.py writes them down, docs/layout.md draws them): a
+#: module imports only from its own layer or those below it, inside functions too
+LAYERS = (
+    ("errors", "seeding", "ranks", "signals", "compat"),
+    ("config", "report"),
+    ("data", "ops"),
+    ("models", "train"),
+    ("checks", "probes"),
+    ("tasks",),
+    ("cli",),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def entry_block(node) -> bool:
+    """`if __name__ == "__main__":`: a module's command entry, as train.py is one: it may import the command line."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def harness_imports(path: Path) -> list[tuple[str, int]]:
+    """Every module of the package `path` imports (at the top or inside a function; a name imported from a package
+    counts as its module where one exists), with the line; a command entry's block left out."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = []
+
+    def visit(node) -> None:
+        if entry_block(node):
+            return
+        if isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "harness")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + [base]
+                ).strip(".")
+            if base.split(".")[0] == "harness":
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    is_module = (PACKAGE.parent / full.replace(".", "/")).with_suffix(".py").is_file()
+                    found.append(
+                        (
+                            full if is_module or (PACKAGE.parent / full.replace(".", "/")).is_dir() else base,
+                            node.lineno,
+                        )
+                    )
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "errors"  # the package itself: the bottom
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {
+        module_name(path): {m for m, _ in harness_imports(path)} - {module_name(path)}
+        for path in PACKAGE.rglob("*.py")
+    }
+
+
+def test_no_import_runs_up_the_layers():
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert folders | modules == {n for names in LAYERS for n in names}, (
+        "every folder and root module has a layer"
+    )
+    up = [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for path in PACKAGE.rglob("*.py")
+        for imported, line in harness_imports(path)
+        if layer_of(imported) > layer_of(module_name(path))
+    ]
+    assert not up, "imports up the layers:\n" + "\n".join(up)
+    written = (PACKAGE / "__init__.py").read_text()
+    places = [
+        written.index(f"{n}/" if (PACKAGE / n).is_dir() else f"{n}.py") for names in LAYERS for n in names
+    ]
+    assert places == sorted(places), "harness/__init__.py lists the layers in the order tested here"
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    circles, index, low, stack, order = [], {}, {}, [], iter(range(10**6))
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = next(order)
+        stack.append(module)
+        for other in graph.get(module, ()):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    assert not circles, circles
+
+
+def test_the_layer_test_sees_an_import_up_and_a_circle(tmp_path, monkeypatch):
+    """Planted: a data module that imports the tasks inside a function, and two that import each other."""
+    fake = tmp_path / "harness"
+    for name in ("data", "tasks"):
+        (fake / name).mkdir(parents=True)
+        (fake / name / "__init__.py").write_text("")
+    (fake / "data" / "a.py").write_text("def f():\n    from harness.tasks import b\n")
+    (fake / "tasks" / "b.py").write_text("from harness.tasks.c import x\n")
+    (fake / "tasks" / "c.py").write_text("import harness.tasks.b\nx = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert [(m, line) for m, line in harness_imports(fake / "data" / "a.py")] == [("harness.tasks.b", 2)]
+    assert layer_of("harness.data.a") < layer_of("harness.tasks.b")
+    with pytest.raises(AssertionError, match="harness.tasks.b"):
+        test_no_import_circle()
+
+
+def test_every_package_docstring_maps_its_folder():
+    """Each folder's opening docstring names every module in it, and names no module that is not there."""
+    wrong = []
+    for init in [PACKAGE / "__init__.py", *PACKAGE.glob("**/__init__.py")]:
+        folder, doc = init.parent, ast.get_docstring(ast.parse(init.read_text())) or ""
+        named = set(re.findall(r"(?<![\w/.])(\w+)\.py\b", doc))
+        here = {p.stem for p in folder.glob("*.py")} - {"__init__", "__main__"}
+        here |= {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        mentioned = named | set(re.findall(r"(\w+)/", doc))
+        missing = sorted(here - mentioned)
+        absent = sorted(n for n in named if not (folder / f"{n}.py").is_file() and n not in ("train", "eval"))
+        if missing or absent:
+            wrong.append(f"{init.relative_to(ROOT)}: not named {missing}, named but absent {absent}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_entry_reaches_trainer_fit_in_four_calls(tmp_path, data_root):
+    """main -> the job -> the task -> fit -> Trainer.fit, each a step of the story, read from a real run's stack."""
+    stack = tmp_path / "stack.txt"
+    command = [
+        "train.py",
+        "n=1",
+        "mode.max_steps=1",
+        "preflight=false",
+        "probes=off",
+        f"data.root={data_root}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "+callbacks.stack._target_=tests.fork_models.StackAtFit",
+    ]
+    env = {"PYTHONPATH": str(ROOT), "STACK_FILE": str(stack)}
+    result = run_command(sys.executable, str(ROOT / command[0]), *command[1:], cwd=tmp_path, env=env)
+    assert stack.is_file(), result.stderr[-3000:]
+    # Hydra's and Lightning's frames, and this callback's, are not the harness's: what is left is the story
+    frames = stack.read_text().split()
+    assert frames == ["cli.__init__.main", "tasks.job.job", "tasks.training.train", "tasks.training.fit"], (
+        frames
+    )
+
+
+def test_the_names_of_earlier_layouts_point_at_modules_that_exist():
+    """docs/layout.md keeps, for forks that must move, each earlier module name and where its contents are now."""
     import importlib
 
-    import harness
-
-    for old, new in harness.RENAMED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-    from harness.run import run  # the names the docs gave: still there
-    from harness.twins import MaskedCrossEntropy, Twin  # noqa: F401
-
-    assert run is importlib.import_module("harness.train.run").run
+    table = (ROOT / "docs" / "layout.md").read_text().split("## Names of earlier layouts")[1]
+    current = [cell.split("|")[2] for cell in table.splitlines() if cell.startswith("| `harness.")]
+    names = {n for row in current for n in re.findall(r"`(harness(?:\.\w+)+)`", row)}
+    assert len(names) >= 20, names
+    for name in sorted(names):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:  # a name inside a module: its module imports and holds it
+            module, _, attribute = name.rpartition(".")
+            assert hasattr(importlib.import_module(module), attribute), name
 
 
 def test_preparing_a_corpus_imports_neither_torch_nor_lightning(tmp_path):

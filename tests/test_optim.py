@@ -10,8 +10,8 @@ import torch
 
 from harness.errors import ConfigError
 from harness.models import GPT, Transformer
+from harness.tasks.training import run
 from harness.train.optim import multiplier, parameter_groups, schedule
-from harness.train.run import run
 from tests.conftest import PROBES_OFF
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness.data.synthetic import generate
+from harness.tasks.training import run
 from harness.train.overfit import achievable_floor, eval_gap
-from harness.train.run import run
 from tests.conftest import PROBES_OFF
 
 

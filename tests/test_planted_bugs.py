@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 import harness.ops
 from harness import checks
 from harness.checks import FAIL, PASS, WARN
-from harness.checks.base import train_pass
+from harness.checks.result import train_pass
 from harness.data import CharTokenizer, SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, Transformer
 from harness.ops import CausalAttention, Twin, max_difference, registered
@@ -937,7 +937,7 @@ def test_checks_share_their_passes_over_a_sample_batch(lm_batch):
     """On the preflight's batch (a SampleBatch) the seeded train-mode pass and the eval pass run once for all
     the checks that read them: fewer forward passes than on a plain dict, where each check runs its own."""
     counts = {}
-    for kind, batch in (("plain", dict(lm_batch)), ("sample", checks.base.SampleBatch(lm_batch))):
+    for kind, batch in (("plain", dict(lm_batch)), ("sample", checks.result.SampleBatch(lm_batch))):
         model = build(CountsCalls, VOCAB)
         results = [check(model, batch, CFG) for check in checks.MODEL_CHECKS]
         assert all(r.status == PASS for r in results), results
@@ -949,6 +949,6 @@ def test_checks_share_their_passes_over_a_sample_batch(lm_batch):
 
 
 def test_a_sample_batch_never_serves_one_model_the_passes_of_another(lm_batch):
-    batch = checks.base.SampleBatch(lm_batch)
+    batch = checks.result.SampleBatch(lm_batch)
     assert checks.finite(build(TinyLM, VOCAB), batch, CFG).status == PASS
     assert checks.finite(build(EmitsInf, VOCAB), batch, CFG).status == FAIL

@@ -13,8 +13,8 @@ from harness.config import build
 from harness.errors import ConfigError
 from harness.probes import Probe, ProbeSet
 from harness.probes.norms import ParameterNorms
+from harness.tasks.training import run
 from harness.train.module import HarnessModule
-from harness.train.run import run
 from tests.fork_models import UnusedParamRNN
 from tests.test_probes import NormRecorder, _batches, _by_step, _fit, _rows
 

@@ -23,12 +23,12 @@ from harness.probes import ProbeSet
 from harness.probes.figures import grad_by_position_figure, legend_labels
 from harness.probes.histograms import summarize
 from harness.probes.norms import ParameterNorms, parameter_names
-from harness.probes.position import reach
+from harness.probes.reach import reach
 from harness.report.plots import UNDERFLOW
+from harness.tasks.training import run
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, position_stats
 from harness.train.nonfinite import NonFiniteGuard
-from harness.train.run import run
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN
 

@@ -25,7 +25,7 @@ from harness.checks import FAIL, PASS, WARN
 from harness.data import SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, HFCausalLM, Transformer
 from harness.report.verdict import read_verdict
-from harness.train.run import run
+from harness.tasks.training import run
 from tests import real_models as rm
 from tests.conftest import PROBES_OFF, compose_config, train
 
@@ -536,7 +536,7 @@ def test_fail_line_labels_the_final_loss_and_the_goal(tmp_path, data_root):
     verdict = read_verdict(tmp_path / "run")
     assert verdict["status"] == "FAIL" and verdict["model"] == "LlamaForCausalLM", verdict
     lines = [line for line in (result.stdout + result.stderr).splitlines() if re.search(r"\bFAIL\b", line)]
-    line = next((line for line in lines if "harness.train.run" in line), None)
+    line = next((line for line in lines if "harness.tasks.training" in line), None)
     assert line is not None, lines
     assert "goal" in line.lower() and "loss" in line.lower(), line
     assert f"{verdict['final_loss']:.4f}" in line, (verdict["final_loss"], line)

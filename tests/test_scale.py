@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cli.door import check_overrides
+from harness.cli.overrides import check_overrides
 from tests.conftest import PROBES_OFF, needs_probes, start_train, train, wait_for_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,7 +385,7 @@ def test_ranks_stop_together_on_a_signal_to_rank_0(trainer, tmp_path, data_root)
     ],
 )
 def test_only_the_first_process_writes(env, rank_zero, launched, monkeypatch):
-    from harness.train.devices import global_rank, started_by_lightning
+    from harness.ranks import global_rank, started_by_lightning
 
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)

@@ -11,11 +11,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf, read_write
 
-from harness.cli.door import check_overrides
-from harness.cli.task import task
-from harness.config import validate
+from harness.cli.overrides import check_overrides
 from harness.errors import ConfigError
 from harness.report.verdict import read_verdict
+from harness.tasks.job import job
+from harness.tasks.validate import validate
 from tests.conftest import CONF, PROBES_OFF
 
 TINY = [
@@ -32,7 +32,7 @@ TINY = [
 
 
 def as_sweep_job(cfg):
-    """The config as a job of a sweep sees it (HydraConfig's mode MULTIRUN): task() returns instead of exiting."""
+    """The config as a job of a sweep sees it (HydraConfig's mode MULTIRUN): job() returns instead of exiting."""
     with read_write(cfg.hydra):
         cfg.hydra.mode = RunMode.MULTIRUN
     HydraConfig.instance().set_config(cfg)
@@ -52,10 +52,10 @@ def test_a_sweep_job_returns_its_optimized_metric(make_config, tmp_path):
     """What Optuna reads from each job: the number optimized_metric names, from verdict.json or the last value of
     that metrics.csv column; None where the job has no such number (Optuna records a failed trial and goes on,
     where a NaN would stop the whole sweep: optuna 2.10 refuses it)."""
-    from harness.report.search import metric_value
+    from harness.report.optimized_metric import metric_value
 
     run_dir = tmp_path / "job"
-    value = task(as_sweep_job(make_config(*TINY, "optimized_metric=val_loss", run_dir=run_dir)))
+    value = job(as_sweep_job(make_config(*TINY, "optimized_metric=val_loss", run_dir=run_dir)))
     verdict = read_verdict(run_dir)
     assert isinstance(value, float) and math.isfinite(value) and value == verdict["val_loss"], (
         value,
@@ -75,7 +75,7 @@ def test_a_sweep_job_returns_its_optimized_metric(make_config, tmp_path):
 
 
 def test_without_optimized_metric_a_sweep_job_returns_its_verdict(make_config, tmp_path):
-    value = task(as_sweep_job(make_config(*TINY, "mode.max_steps=2", run_dir=tmp_path / "job")))
+    value = job(as_sweep_job(make_config(*TINY, "mode.max_steps=2", run_dir=tmp_path / "job")))
     assert isinstance(value, dict) and value["status"] == "DONE"
 
 

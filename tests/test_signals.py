@@ -17,7 +17,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.report.verdict import read_verdict
-from harness.train.signals import Held, Interrupted, SignalGate, loky_workers, raise_received
+from harness.signals import Held, Interrupted, SignalGate, loky_workers, raise_received
 from tests.conftest import PROBES_OFF, ROOT
 
 FORK = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
@@ -485,7 +485,7 @@ def test_signal_during_validation_stops_at_its_next_batch_and_resumes_as_if_neve
     """It ran the whole validation pass first (12 s later, still running). Now it stops at the next batch with the
     step's checkpoint, and the resumed run runs that validation again: its metrics.csv is the uninterrupted
     run's, row for row (one thread here, as in the signalled process: the same sums in the same order)."""
-    from harness.train.run import run as train
+    from harness.tasks.training import run as train
 
     marker, run = tmp_path / "in_validation", tmp_path / "run"
     args = [

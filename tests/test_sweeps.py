@@ -19,14 +19,14 @@ from hydra import compose, initialize_config_dir
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from harness.cli.door import check_overrides
-from harness.config import validate
+from harness.cli.overrides import check_overrides
 from harness.data.format import is_whole
 from harness.report.summary import COLUMNS, EXTRA, collect, write_summary
 from harness.report.summary import main as report_main
 from harness.report.verdict import read_verdict
 from harness.seeding import seed_all
-from harness.train.run import build
+from harness.tasks.training import build
+from harness.tasks.validate import validate
 from tests.conftest import CONF, PROBES_OFF, ROOT, needs_probes, train
 
 PNGS = ("grad_by_position.png", "reach.png", "loss.png")
@@ -59,9 +59,9 @@ def log_span(job_dir: Path) -> tuple[datetime, datetime]:
 
 def init_reach(make_config, model: str, length: int) -> float:
     """Gradient reach of the built-in `model` at initialization, built as train.py builds it (the real configs,
-    harness.train.run's order), on the first 4 validation examples of the first_token data of `length` (the
+    harness.tasks.training's order), on the first 4 validation examples of the first_token data of `length` (the
     grad_by_position probe also measures on 4 examples)."""
-    position = pytest.importorskip("harness.probes.position", reason="a fork without src/harness/probes/")
+    position = pytest.importorskip("harness.probes.reach", reason="a fork without src/harness/probes/")
     cfg = make_config(
         f"model={model}", f"data.length={length}", "data.rule=first_token", "mode=full", "data.batch_size=4"
     )

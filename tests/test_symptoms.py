@@ -16,9 +16,9 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from harness.report.symptoms import SUGGESTIONS, Symptom, judge
-from harness.report.verdict import Verdict
+from harness.report.verdict import Verdict, exit_code
+from harness.tasks.training import run
 from harness.train.module import HarnessModule
-from harness.train.run import exit_code, run
 from tests.conftest import compose_config, needs_probes
 from tests.sick_models import NegativeBiasReLU
 

@@ -19,8 +19,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from harness.report.verdict import read_verdict
+from harness.tasks.training import run
 from harness.train.interrupt import StopOnSignal
-from harness.train.run import run
 from tests.conftest import CONF, PROBES_OFF, start_command
 
 TINY = ["n=1", "mode.max_steps=3", "preflight=false", "data.length=8", *PROBES_OFF]
@@ -52,7 +52,7 @@ def test_several_trackers_compose_side_by_side():
 def test_a_key_of_the_old_flat_layout_names_where_it_went(capsys, tmp_path, monkeypatch):
     """logger.mode=online was the wandb option's key before trackers could be combined: refused in one line
     that lists the keys under logger (wandb), where it lives now."""
-    from harness.cli.door import check_overrides
+    from harness.cli.overrides import check_overrides
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:

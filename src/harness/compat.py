@@ -171,7 +171,7 @@ def import_lightning():
     """pytorch_lightning, imported (the first time) without what its torchmetrics imports only because it is
     installed (UNASKED): wherever the harness imports Lightning first, the door or the run. Torch is imported
     here first, in seconds: a signal meanwhile is raised once the import is done (signals.Held)."""
-    from harness.train.signals import Held
+    from harness.signals import Held
 
     with Held(), as_if_not_installed(UNASKED):
         import pytorch_lightning

@@ -1,4 +1,4 @@
-"""Checks of how the model is built, read from one watched eval-mode forward at initialization (inside.py): each
+"""Checks of how the model is built, read from one watched eval-mode forward at initialization (watched_forward.py): each
 residual block passes its input on, attention spreads its weight over the keys, and the log-probabilities stay
 finite when a prediction is certain. Each needs only the Model contract (docs/contracts.md); where the model has
 no such part (no stack of blocks, no attention, no module making the logits) the check says so and passes."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from harness.checks.base import FAIL, PASS, CheckResult, shown, step_settings
-from harness.checks.inside import NOISE, shared_inside_pass
+from harness.checks.result import FAIL, PASS, CheckResult, shown, step_settings
+from harness.checks.watched_forward import NOISE, shared_inside_pass
 
 #: a block passes its input on when its output keeps at least this share of it (x + f(x) keeps all of it: ~1,
 #: whatever f adds; f(x) alone keeps what chance gives, ~0) or points this close to it (a post-norm block,

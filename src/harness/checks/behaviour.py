@@ -8,8 +8,7 @@ import math
 import torch
 from torch import nn
 
-from harness.batches import to_device, training_mode
-from harness.checks.base import (
+from harness.checks.result import (
     FAIL,
     PASS,
     WARN,
@@ -21,6 +20,7 @@ from harness.checks.base import (
     step_settings,
     train_pass,
 )
+from harness.data.batch import to_device, training_mode
 from harness.ops.loss import loss_of
 from harness.seeding import rng_state, seed_all
 

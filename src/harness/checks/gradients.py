@@ -8,8 +8,7 @@ import copy
 import torch
 from torch import nn
 
-from harness.batches import to_device
-from harness.checks.base import (
+from harness.checks.result import (
     FAIL,
     PASS,
     WARN,
@@ -19,6 +18,7 @@ from harness.checks.base import (
     step_settings,
     train_pass,
 )
+from harness.data.batch import to_device
 from harness.train.nonfinite import first_nonfinite_module
 
 

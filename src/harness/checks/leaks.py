@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.batches import to_device
-from harness.checks.base import (
+from harness.checks.gradients import one_step
+from harness.checks.result import (
     FAIL,
     PASS,
     WARN,
@@ -22,8 +22,8 @@ from harness.checks.base import (
     shown,
     step_settings,
 )
-from harness.checks.gradients import one_step
 from harness.checks.trace import examples, first_break, up_to
+from harness.data.batch import to_device
 
 #: a model ignores word order when swapping two tokens moves its logits by less than this fraction of what
 #: changing one of them does: float rounding of a sum taken in another order is ~1e-5 of it; a correct model

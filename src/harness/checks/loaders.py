@@ -13,10 +13,10 @@ from itertools import islice
 import torch
 from torch.utils.data import DataLoader
 
-from harness.batches import collate_of, indexable
-from harness.checks.base import FAIL, PASS, SKIP, CheckResult
-from harness.checks.batch import layout_fault
-from harness.checks.reads import DataReads, cloned, reads
+from harness.checks.batch_format import layout_fault
+from harness.checks.data_reads import DataReads, cloned, reads
+from harness.checks.result import FAIL, PASS, SKIP, CheckResult
+from harness.data.batch import collate_of, indexable
 
 #: rows a stream is read for at most, by its loader's workers and again in this process, and seconds for each
 ROWS, ROW_SECONDS = 512, 2.0

@@ -1,16 +1,16 @@
 """What the loss sees (`loss_mask`): some position of every batch, no padding counted, and in classification one
 position an example, where the whole input has been read.
 
-Padding is a declared pad id (harness.checks.batch.pad_ids) or, where a tokenizer pads with its end-of-text id,
+Padding is a declared pad id (harness.checks.batch_format.pad_ids) or, where a tokenizer pads with its end-of-text id,
 that id again and again at the end of an example: the first end of text after a text is a real target (the model
 learns to stop there), the ones after it are padding."""
 
 from __future__ import annotations
 
-from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult, shown
-from harness.checks.batch import pad_ids, read_batches, special_ids
+from harness.checks.batch_format import pad_ids, read_batches, special_ids
+from harness.checks.data_reads import SPLITS, reads
 from harness.checks.diagnose import is_classification
-from harness.checks.reads import SPLITS, reads
+from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult, shown
 
 
 def span(positions: list[int]) -> str:

@@ -18,9 +18,9 @@ from collections import defaultdict
 
 import torch
 
-from harness.calls import ModuleStack
-from harness.checks.base import FAIL, PASS, SKIP, CheckResult
+from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 from harness.compat import dispatch_mode
+from harness.ops.forward_calls import ModuleStack
 
 #: trainer.precision (as Lightning names it) -> the dtype its matrix products run in
 TRAINER = {

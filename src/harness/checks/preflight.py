@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.batches import training_mode
-from harness.checks.base import FAIL, CheckResult, sample_rows
-from harness.checks.reads import DataReads
+from harness.checks.batch_format import sample_rows
+from harness.checks.data_reads import DataReads
+from harness.checks.result import FAIL, CheckResult
 from harness.checks.sharded import skipped
+from harness.data.batch import training_mode
 from harness.seeding import rng_state, set_rng_state
+from harness.signals import SIGNALS, Interrupted
 from harness.train.sharding import on_meta_device
-from harness.train.signals import SIGNALS, Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def table(rows: list[dict]) -> str:
 
 def preflight_files(cfg) -> list[str]:
     """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
-    train.py runs; harness.config.validate has made sure each exists: pytest would skip a missing one)."""
+    train.py runs; harness.tasks.validate has made sure each exists: pytest would skip a missing one)."""
     extra = [str(Path(p)) for p in cfg.get("preflight_tests", None) or []]
     return [str(Path(__file__).with_name(BUILT_IN)), *extra]
 
@@ -236,7 +237,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
         set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
         plugin.reads.close()  # the workers of the fork's loaders the data checks read
     model.zero_grad(set_to_none=True)
-    if caught:  # a signal ended the checks (harness.train.signals): the run stops with its verdict
+    if caught:  # a signal ended the checks (harness.signals): the run stops with its verdict
         raise caught[0]
     if code == pytest.ExitCode.INTERRUPTED:  # pytest catches a Ctrl-C and returns: pass it on
         raise KeyboardInterrupt

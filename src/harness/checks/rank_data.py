@@ -14,9 +14,9 @@ from collections import Counter
 
 from torch.utils.data import DistributedSampler, IterableDataset
 
-from harness.checks.base import FAIL, PASS, SKIP, CheckResult
-from harness.checks.batch import layout_fault
+from harness.checks.batch_format import layout_fault
 from harness.checks.loaders import rows
+from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 
 #: two ranks read the same examples when this share of their rows is alike position by position ...
 ALIGNED = 0.9

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from harness.batches import indexable
-from harness.checks.base import FAIL, PASS, SKIP, WARN, CheckResult
-from harness.checks.batch import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
+from harness.checks.batch_format import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
+from harness.checks.data_reads import SPLITS, reads
 from harness.checks.diagnose import account, agrees, diagnose, is_classification, quoted, readings, time_major
-from harness.checks.reads import SPLITS, reads
+from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult
+from harness.data.batch import indexable
 
 #: rows of each split's first batch the round trip decodes, and records of a stream searched for a row's source
 EXAMPLES, STREAM_SEARCH = 8, 256

@@ -7,8 +7,8 @@ before the first step."""
 
 from __future__ import annotations
 
-from harness.checks.base import SKIP, CheckResult
 from harness.checks.behaviour import init_loss
+from harness.checks.result import SKIP, CheckResult
 
 #: the model checks that run on the sharded model: forward passes only, whose outputs are whole on every rank
 AFTER_SHARDING = (init_loss,)

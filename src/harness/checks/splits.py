@@ -1,7 +1,7 @@
 """Training and validation hold different examples: a validation set that is (part of) the training set measures
 memorization, and every curve read from it lies.
 
-Judged on a bounded sample of each split (harness.checks.reads.DataReads.items): whole examples by hash, and
+Judged on a bounded sample of each split (harness.checks.data_reads.DataReads.items): whole examples by hash, and
 for long examples their stretches of SHINGLE tokens against the training sample read as one stream, so that
 validation windows cut from the training text at other offsets are found too. Padding is no content. Data whose
 examples repeat anyway (a tiny vocabulary at a tiny length) repeats within training as often as across the
@@ -15,10 +15,10 @@ from collections import Counter
 import numpy as np
 import torch
 
-from harness.batches import collate_of
-from harness.checks.base import FAIL, PASS, SKIP, CheckResult
-from harness.checks.batch import layout_fault, pad_ids
-from harness.checks.reads import reads
+from harness.checks.batch_format import layout_fault, pad_ids
+from harness.checks.data_reads import reads
+from harness.checks.result import FAIL, PASS, SKIP, CheckResult
+from harness.data.batch import collate_of
 
 #: validation items hashed at most
 VAL_ITEMS = 1024

@@ -20,11 +20,12 @@ from collections.abc import Callable
 import pytorch_lightning as pl
 import torch.distributed as dist
 
-from harness.batches import to_device
-from harness.checks.base import FAIL, CheckResult, sample_rows
+from harness.checks.batch_format import sample_rows
 from harness.checks.precision import asked, precision
 from harness.checks.rank_data import rank_data, row_hashes
+from harness.checks.result import FAIL, CheckResult
 from harness.checks.sharded import AFTER_SHARDING
+from harness.data.batch import to_device
 from harness.errors import PreflightFailed
 from harness.seeding import rng_state, set_rng_state
 from harness.train.sharding import on_meta, reshard

@@ -1,11 +1,12 @@
 """The command line: Hydra for composition and sweeps, one-line errors and exit codes around it.
 
-    __init__.py   main: train.py's and eval.py's entry (a signal handler first, then the door, then Hydra)
-    door.py       every job's config composed and validated, its folders checked, before anything runs
-    task.py       one Hydra job: the task the config names, its verdict, its exit code
+    __init__.py   main: train.py's and eval.py's entry (a signal handler first, then the overrides checked, then
+                  Hydra runs the job: harness.tasks.job)
+    overrides.py  every job's config composed and validated, its folders checked, before anything runs
+    prepare.py    `python -m harness.data.prepare`: a dataset made ready without training
 
-Exit codes: 0 PASS (or a full run done), 1 FAIL, 2 bad config or input, 3 preflight failed, 4 non-finite, 5 a
-symptom (when asked), 128 + the signal when interrupted (130 SIGINT, 143 SIGTERM).
+Exit codes: harness.report.verdict.EXIT_CODES (a verdict's status), 2 for a config or input mistake, 128 + the
+signal when interrupted (130 SIGINT, 143 SIGTERM).
 HARNESS_DEBUG=1 shows the full traceback of a config error instead of the one line."""
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def route_lightning_logs() -> None:
 
 def main(config_dir: Path, mode: str | None = None) -> None:
     """Entry point of train.py (and of eval.py, `mode="eval"`: its task whatever the command line says of mode):
-    validate the overrides, then hand over to Hydra. A signal at any moment exits 128 + its number
-    (harness.train.signals.run_guarded): the first handler is installed before anything else, and raises at once
-    until a job's own handler (harness.train.interrupt.StopOnSignal) or a sweep's (harness.train.signals.SweepStop)
-    takes over.
+    every job's config validated (harness.cli.overrides), then Hydra runs the job (harness.tasks.job.job). A
+    signal at any moment exits 128 + its number (harness.signals.guarded): the first handler is installed before
+    anything else, and raises at once until a job's own handler (harness.train.interrupt.StopOnSignal) or a
+    sweep's (harness.signals.SweepStop) takes over.
 
     At exit, after every exit handler registered once the run begins (the trackers' and loggers'), the objects
     left are frozen out of the interpreter's last garbage collection (gc.freeze): walking the millions of objects
@@ -57,31 +58,25 @@ def main(config_dir: Path, mode: str | None = None) -> None:
     import atexit
     import gc
 
-    from harness.train.signals import run_guarded
+    from harness.signals import guarded, raise_received
 
     atexit.register(gc.freeze)  # registered first, so it runs last
-    run_guarded(lambda: start(config_dir, mode))
+    with guarded():
+        import warnings
 
+        import hydra
 
-def start(config_dir: Path, mode: str | None = None) -> None:
-    """Validate the overrides (with `mode=<mode>` first, where an entry fixes the mode), then hand over to Hydra."""
-    import warnings
+        from harness.cli.overrides import check_overrides, fixed_mode
+        from harness.compat import import_lightning
+        from harness.tasks.job import job
 
-    import hydra
-
-    from harness.cli.door import check_overrides, fixed_mode
-    from harness.cli.task import task
-    from harness.compat import import_lightning
-    from harness.train.signals import raise_received
-
-    if mode is not None:
-        sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
-    # first: a typo costs a second, not the imports below; what it hands back (a dir it emptied) goes to Hydra
-    sys.argv += check_overrides(sys.argv[1:], config_dir)
-    import_lightning()  # before Hydra sets up logging, so conf/ sets its levels (the door may have already)
-    raise_received()  # a signal the door's imports lost: the job does not start
-
-    route_lightning_logs()
-    for pattern in QUIET:
-        warnings.filterwarnings("ignore", message=pattern)
-    hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(task)()
+        if mode is not None:
+            sys.argv[1:] = fixed_mode(sys.argv[1:], mode)
+        # first: a typo costs a second, not the imports below; what it hands back (a dir it emptied) goes to Hydra
+        sys.argv += check_overrides(sys.argv[1:], config_dir)
+        import_lightning()  # before Hydra sets up logging, so conf/ sets its levels (the door may have already)
+        raise_received()  # a signal the door's imports lost: the job does not start
+        route_lightning_logs()
+        for pattern in QUIET:
+            warnings.filterwarnings("ignore", message=pattern)
+        hydra.main(config_path=str(config_dir), config_name="train", version_base="1.3")(job)()

@@ -1,7 +1,7 @@
 """`build`: a config node instantiated (hydra.utils.instantiate) with a user's mistake turned into one line naming
 the key: a _target_ that cannot be imported, an argument it does not take, a value it refuses. `refused` names the
 key behind any library's refusal: the one that, set back to the config file's value, makes the refusal go away
-(where that can be tried: the door, harness.config.trial), else the one the library's message names."""
+(where that can be tried: the door, harness.tasks.try_build), else the one the library's message names."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 conf/train.yaml lists `train_schema` first in its defaults, and each conf/mode/*.yaml its regime's schema, so
 `n=abc`, `mode.max_steps=1.5` or `mode.samples=3` in a training regime is refused by Hydra before anything runs,
 with the key named (harness.config.explain turns that into one line). Ranges and rules across keys, which a type
-cannot say, live beside the parts they rule and in harness.config.rules. The groups a fork makes its own (model,
+cannot say, live beside the parts they rule and in harness.tasks.validate. The groups a fork makes its own (model,
 data, tokenizer, loss, optim, schedule, trainer, logger, probes) are typed `Any`: their classes check their own
 arguments.
 
@@ -57,10 +57,10 @@ class Eval:
 
 
 #: every mode: its typed config, and the class that runs it (a training regime; eval is a task of its own,
-#: harness.report.evaluate). The one table of mode names: the schema, the door and the run all read it.
+#: harness.tasks.evaluate). The one table of mode names: the schema, the door and the run all read it.
 MODES = {
     "overfit": (Overfit, "harness.train.overfit.Overfit"),
-    "full": (Full, "harness.train.full.Full"),
+    "full": (Full, "harness.train.full_run.Full"),
     "eval": (Eval, None),
 }
 
@@ -76,7 +76,7 @@ class Train:
     compile: Any = False  # true | false | a torch.compile backend name
     flush_denormal: bool = True
     tags: list[str] = field(default_factory=list)  # given to every tracker
-    optimized_metric: str | None = None  # what a sweep's job returns (harness.report.search)
+    optimized_metric: str | None = None  # what a sweep's job returns (harness.report.optimized_metric)
     loss: Any = None  # conf/loss/: the training objective (harness.ops.loss)
     optim: Any = None
     schedule: Any = None
@@ -90,7 +90,7 @@ class Train:
     callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
     debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
     paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir
-    doctor: Any = None  # experiment=doctor: {ladder, substitute, timeout} (harness.report.doctor)
+    doctor: Any = None  # experiment=doctor: {ladder, substitute, timeout} (harness.tasks.doctor)
 
 
 def register() -> None:

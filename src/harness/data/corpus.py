@@ -217,3 +217,19 @@ class Corpus:
                     f"the corpus holds {meta['tokens']} tokens, {part['tokens']} of them in the {split} split: fewer "
                     f"than one window of {self.length + 1}; use a shorter data.length, more files or another data.val_fraction",
                 )
+
+
+#: the data targets whose corpus is prepared without building a datamodule (no torch, no Lightning)
+CORPUS_TARGETS = ("harness.data.CorpusDataModule", "harness.data.windows.CorpusDataModule")
+
+
+def corpus_of(node):
+    """The Corpus a data config node describes (its keys less the loaders'), for data=corpus; else None."""
+    from omegaconf import OmegaConf
+
+    if node.get("_target_") not in CORPUS_TARGETS:
+        return None
+    keys = OmegaConf.to_container(node, resolve=True)
+    for loader_key in ("_target_", "batch_size", "num_workers"):
+        keys.pop(loader_key, None)
+    return Corpus(**keys)

@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.data import shards, whole
+from harness.data import integrity, shards
 from harness.data.tokenizer import CharTokenizer, HFTokenizer, load_hf, train_bpe
 from harness.errors import ConfigError
-from harness.train.signals import CalmStart, calm_worker
+from harness.signals import CalmStart, calm_worker
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def locked(path: Path):
 
 def unusable(data) -> str | None:
     """Why `data`'s (a harness.data.corpus.Corpus) prepared folder cannot be used as it is, or None: it is whole
-    (harness.data.whole: meta.json's shape, each shard's length and checksum) and, for tokenizer=bpe, its
+    (harness.data.integrity: meta.json's shape, each shard's length and checksum) and, for tokenizer=bpe, its
     tokenizer.json reads."""
     if not data.dataset_dir.exists():
         return "is not prepared yet"
@@ -54,7 +54,7 @@ def unusable(data) -> str | None:
             data.trained_bpe()
         except Exception:  # gone, damaged, not a tokenizer: trained again with the shards
             return "has lost its tokenizer.json, or it cannot be read"
-    why = whole.damage(data.dataset_dir)
+    why = integrity.damage(data.dataset_dir)
     return None if why is None else f"is damaged: {why}"
 
 
@@ -77,7 +77,7 @@ def writing(data, why: str):
 def prepare(data) -> Path:
     """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
     one is read without writing anything (a read-only data.root works); a damaged one is prepared again. A user
-    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
+    mistake in the files is a ConfigError, and leaves nothing that looks integrity."""
     folder, why = data.dataset_dir, unusable(data)
     if why is None:
         return folder
@@ -142,11 +142,11 @@ def write(data) -> None:
         }
         data.check_windows(meta)  # before the rename: a corpus too short for this length leaves nothing
         (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        whole.stamp(staging, meta)  # the digests were just computed: no first run reads the shards again
+        integrity.stamp(staging, meta)  # the digests were just computed: no first run reads the shards again
         try:
             os.rename(staging, folder)
         except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
-            if whole.damage(folder) is not None:
+            if integrity.damage(folder) is not None:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -222,61 +222,7 @@ def describe(tokenizer) -> dict:
     }
 
 
-#: the data targets whose corpus is prepared without building a datamodule (no torch, no Lightning)
-CORPUS_TARGETS = ("harness.data.CorpusDataModule", "harness.data.windows.CorpusDataModule")
+if __name__ == "__main__":  # the command's entry is the command line's (harness.cli.prepare)
+    from harness.cli.prepare import main
 
-
-def corpus_of(node):
-    """The Corpus a data config node describes (its keys less the loaders'), for data=corpus; else None."""
-    from omegaconf import OmegaConf
-
-    from harness.data.corpus import Corpus
-
-    if node.get("_target_") not in CORPUS_TARGETS:
-        return None
-    keys = OmegaConf.to_container(node, resolve=True)
-    for loader_key in ("_target_", "batch_size", "num_workers"):
-        keys.pop(loader_key, None)
-    return Corpus(**keys)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The command: prepare (below), and a signal at any moment ends it with one line and 128 + its number, as
-    train.py does (the tokenizing workers end with it, silently)."""
-    from harness.train.signals import run_guarded
-
-    run_guarded(lambda: prepare_command(argv))
-
-
-def prepare_command(argv: list[str] | None = None) -> None:
-    """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data: a corpus
-    without torch or Lightning; another source by its datamodule's prepare_data()."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.config import build, validate
-    from harness.config.explain import base_of, explain
-    from harness.errors import die
-
-    overrides = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    conf = Path(__file__).resolve().parents[3] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3", job_name="prepare"):
-        try:
-            cfg = compose(config_name="train", overrides=overrides)
-        except Exception as err:  # the keys to list are those of the groups chosen (data=corpus's)
-            die(explain(err, overrides, base_of(overrides, [])), err)
-    try:
-        validate(cfg, devices=False)
-        data = corpus_of(cfg.data) or build(cfg.data, "data")  # a corpus, or another source's datamodule
-        if hasattr(data, "prepare"):
-            data.prepare()
-        else:
-            data.prepare_data()
-        folder = getattr(data, "dataset_dir", None)  # every built-in source has one; a fork's may not
-    except ConfigError as err:
-        die(str(err), err)
-    print(folder or "prepared")
-
-
-if __name__ == "__main__":
     main()

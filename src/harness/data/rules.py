@@ -1,4 +1,4 @@
-"""The rules of the data keys of the built-in sources, checked at the door (harness.config.rules runs them):
+"""The rules of the data keys of the built-in sources, checked at the door (harness.tasks.validate runs them):
 ranges a type cannot say. What only the data can tell (n larger than the training split, a corpus shorter than
 one window) is checked where the data is read. Imports nothing but the error type."""
 

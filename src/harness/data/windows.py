@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from harness.data import shards, whole
+from harness.data import integrity, shards
 from harness.data.corpus import Corpus, window_start
 from harness.data.dataset import DiskDataModule
 from harness.errors import ConfigError
@@ -68,7 +68,7 @@ class CorpusDataModule(DiskDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
             return
-        meta, wrong = whole.read_meta(self.dataset_dir)
+        meta, wrong = integrity.read_meta(self.dataset_dir)
         if meta is None:
             raise ConfigError(
                 "data.root",

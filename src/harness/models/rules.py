@@ -1,4 +1,4 @@
-"""The rules of the built-in models' keys, checked at the door (harness.config.rules runs them): ranges a type
+"""The rules of the built-in models' keys, checked at the door (harness.tasks.validate runs them): ranges a type
 cannot say. A model's other arguments are checked by its class when it is built. Imports nothing heavy."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from harness.ops.base import Twin
+from harness.ops.twin import Twin
 
 
 class CausalAttention(Twin):

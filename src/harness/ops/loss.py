@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from harness.errors import ConfigError
-from harness.ops.base import Twin
+from harness.ops.twin import Twin
 
 
 class MaskedCrossEntropy(Twin):

@@ -8,7 +8,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from harness.ops.base import Twin
+from harness.ops.twin import Twin
 
 
 def _layer_weights(module: nn.RNNBase, layer: int):

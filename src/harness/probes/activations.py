@@ -12,7 +12,7 @@ mean, and by the module's kind:
 
 The kind is read from the module's class name, so third-party activations (transformers' NewGELUActivation,
 x-transformers' ReLUSquared) count too. An activation called as a function in a forward (`torch.relu`,
-`F.gelu`, `x.tanh()`, `torch.sigmoid`, ...: FUNCTIONS) has no module: a TorchFunctionMode (harness.calls) sees
+`F.gelu`, `x.tanh()`, `torch.sigmoid`, ...: FUNCTIONS) has no module: a TorchFunctionMode (harness.ops.forward_calls) sees
 those calls and logs them under the module whose forward made them, `act/<module>/<function>/...`
 (`act/forward/<function>/...` for the model's own forward); an activation module's own call is not counted
 twice. A model whose forward called none is watched for them again every RECHECK readings only. The hooks and
@@ -33,9 +33,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.calls import Intercept
 from harness.compat import torch_function_off
-from harness.probes.base import Probe
+from harness.ops.forward_calls import Intercept
+from harness.probes.probe import Probe
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from einops import rearrange
 
-from harness.probes.base import Probe
 from harness.probes.norms import parameter_names
+from harness.probes.probe import Probe
 from harness.report.symptoms import Symptom
 from harness.train.whole import gathered, is_shard
 

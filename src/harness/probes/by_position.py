@@ -1,4 +1,4 @@
-"""Gradient by position over training: `input_grad_by_position` (position.py) on a fixed batch, before the first
+"""Gradient by position over training: `input_grad_by_position` (reach.py) on a fixed batch, before the first
 optimizer step ("init"), every K steps, and at the end ("final").
 
 verdict.json gets `grad_by_position: {"init": [float per position], "final": [...]}`, `reach_init` and
@@ -10,10 +10,10 @@ import logging
 
 import torch
 
-from harness.probes.base import Probe, whole
 from harness.probes.datapoints import collate
-from harness.probes.emit import has_tracker, log_image, own_randomness
-from harness.probes.position import input_grad_by_position, reach
+from harness.probes.probe import Probe, whole
+from harness.probes.reach import input_grad_by_position, reach
+from harness.probes.trackers import has_tracker, log_image, own_randomness
 from harness.train.whole import sharded
 
 log = logging.getLogger(__name__)

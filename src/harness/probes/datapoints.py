@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from harness.batches import first_rows
-from harness.probes.base import Probe, due, whole
-from harness.probes.emit import log_table, own_randomness
+from harness.data.batch import first_rows
+from harness.probes.probe import Probe, due, whole
+from harness.probes.trackers import log_table, own_randomness
 from harness.train.whole import sharded
 
 MASKED, PADDING = "·", "░"

@@ -15,8 +15,8 @@ from einops import rearrange
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.probes.base import Probe, whole
 from harness.probes.norms import find_guard, gradient_norms, parameter_names
+from harness.probes.probe import Probe, whole
 from harness.report.symptoms import Symptom
 from harness.train.nonfinite import NonFiniteGuard
 from harness.train.whole import local, sharded

@@ -8,9 +8,9 @@ import logging
 
 import torch
 
-from harness.probes.base import Probe
 from harness.probes.datapoints import visible
-from harness.probes.emit import has_tracker, log_image
+from harness.probes.probe import Probe
+from harness.probes.trackers import has_tracker, log_image
 from harness.train.whole import is_shard
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import math
 import torch
 from einops import rearrange
 
-from harness.probes.base import Probe, whole
-from harness.probes.emit import has_tracker, log_histograms
 from harness.probes.norms import parameter_names
+from harness.probes.probe import Probe, whole
+from harness.probes.trackers import has_tracker, log_histograms
 from harness.train.whole import gathered, local, reduce, sharded
 
 STATS = ("min", "max", "mean", "std", "zero_frac")

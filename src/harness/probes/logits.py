@@ -10,8 +10,8 @@ import logging
 
 import torch
 
-from harness.probes.base import Probe
-from harness.probes.emit import has_tracker, log_image
+from harness.probes.probe import Probe
+from harness.probes.trackers import has_tracker, log_image
 from harness.train.module import step_stats
 
 log = logging.getLogger(__name__)

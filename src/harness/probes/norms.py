@@ -22,7 +22,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from harness.probes.base import Probe, due, whole
+from harness.probes.probe import Probe, due, whole
 from harness.train.nonfinite import NonFiniteGuard
 from harness.train.whole import local, names_of, reduce, sharded
 from harness.train.whole import norms as whole_norms

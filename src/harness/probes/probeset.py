@@ -16,7 +16,7 @@ import inspect
 
 import pytorch_lightning as pl
 
-from harness.probes.base import Probe, RunInfo
+from harness.probes.probe import Probe, RunInfo
 from harness.probes.sink import MetricSink
 
 

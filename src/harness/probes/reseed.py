@@ -8,7 +8,7 @@ import hashlib
 
 import torch
 
-from harness.probes.base import Probe
+from harness.probes.probe import Probe
 
 
 def batch_digest(batch: dict) -> str:

@@ -9,7 +9,7 @@ import logging
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from harness.probes.emit import has_tracker, log_scalars, log_table
+from harness.probes.trackers import has_tracker, log_scalars, log_table
 from harness.report.symptoms import Symptom, nonfinite
 from harness.train.nonfinite import NonFinite
 

@@ -9,7 +9,7 @@ import logging
 
 from pytorch_lightning.loggers import WandbLogger
 
-from harness.probes.base import Probe, off_when_sharded, whole
+from harness.probes.probe import Probe, off_when_sharded, whole
 
 log = logging.getLogger(__name__)
 

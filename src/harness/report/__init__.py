@@ -1,7 +1,11 @@
-"""What a run and a sweep report: verdict.json (verdict.py), symptoms (symptoms.py: the record and its names),
-the sweep summary (summary.py: summary.md, summary.csv, plots; `python -m harness.report <sweep dir>` rebuilds
-it), the figures (plots.py), eval.json (evaluate.py: mode=eval, eval.py), the doctor's diagnosis (doctor.py) and
-the number a hyperparameter search optimizes (search.py).
+"""The records a run and a sweep leave, and their one reader.
+
+    verdict.py           verdict.json: the Verdict, its one reader (`verdict_in`) and the exit code of each status
+    symptoms.py          the symptoms' record: names, places, suggestions, and how they judge a run
+    summary.py           the sweep summary (summary.md, summary.csv, plots); `python -m harness.report <sweep dir>`
+                         rebuilds it
+    plots.py             the figures of a run and a sweep
+    optimized_metric.py  the number a hyperparameter search optimizes, and the sweeper's rules
 
 `harness.report.SweepSummary` is the Hydra callback conf/train.yaml names; it is imported when first asked for."""
 

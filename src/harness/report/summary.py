@@ -10,7 +10,6 @@ outcome from `verdict.json`, its loss curve from `metrics.csv`. A job without a 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.report.verdict import Verdict, verdict_shape
+from harness.report.verdict import Verdict, verdict_in
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +104,12 @@ def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
 
 def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
     """The job's verdict.json and, when there is none to read, why (the row's error)."""
-    path = job_dir / "verdict.json"
-    if not path.is_file():
-        return (
-            Verdict(),
-            f"no verdict.json: the job has not finished, or stopped before writing one (see {job_dir.name}/train.log)",
+    values, why = verdict_in(job_dir)
+    if values is None:
+        why = why or (
+            f"no verdict.json: the job has not finished, or stopped before writing one (see {job_dir.name}/train.log)"
         )
-    try:
-        values = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return Verdict(), f"{path}: not valid JSON ({err})"
-    except OSError as err:
-        return Verdict(), f"{path}: cannot be read ({err.strerror or err})"
-    wrong = verdict_shape(values)
-    if wrong is not None:
-        return Verdict(), f"{path}: not a verdict ({wrong})"
+        return Verdict(), why
     return Verdict.from_dict(values), ""
 
 
@@ -276,14 +266,14 @@ def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = 
 
 class SweepSummary(Callback):
     """Hydra callback (conf/train.yaml, hydra.callbacks): the summary of every multirun, in its sweep dir. While
-    the sweep runs, a signal stops it as a whole (harness.train.signals.SweepStop); the summary is then written for what
+    the sweep runs, a signal stops it as a whole (harness.signals.SweepStop); the summary is then written for what
     finished and the process exits 128 + the signal."""
 
     def __init__(self):
         self.stop = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from harness.train.signals import SweepStop
+        from harness.signals import SweepStop
 
         if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
             return  # the jobs are a cluster's: they go on without the process that submitted them
@@ -291,7 +281,7 @@ class SweepSummary(Callback):
         self.stop.install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from harness.train.signals import Interrupted, stopped
+        from harness.signals import Interrupted, stopped
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if self.stop is not None:
@@ -321,7 +311,7 @@ class SweepSummary(Callback):
 def unreturned(config: DictConfig, sweep_dir: Path) -> None:
     """A search (hydra/sweeper=optuna) none of whose jobs returned a number for optimized_metric ends in one line
     (exit 2 when every job ran: the name is at fault; 1 when they failed), the summary written before."""
-    from harness.report.search import metric_value, searches
+    from harness.report.optimized_metric import metric_value, searches
 
     name = config.get("optimized_metric")
     if not name or not searches(config.hydra.sweeper) or not sweep_dir.is_dir():

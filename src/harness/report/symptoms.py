@@ -1,7 +1,7 @@
 """Symptoms: training problems read off the run while it trains, each named with where, when and a fix.
 
 A symptom is one record of verdict.json's `symptoms` list (docs/contracts.md): the probes' detectors
-(harness.probes.detectors) and the dead-gradient sentinel report theirs through the probes' sink, harness.train.run
+(harness.probes.detectors) and the dead-gradient sentinel report theirs through the probes' sink, harness.tasks.training
 adds `nonfinite` when the guard stops a run. This module holds only the record, the names and their
 suggestions, and the rule that turns symptoms into the SYMPTOM verdict (`probes.symptoms.fail=true`), so
 that it works the same whether or not a fork keeps the probes."""

@@ -1,5 +1,6 @@
-"""verdict.json: the machine-readable result of a run (see docs/contracts.md, Run directory), written by
-harness.train.run and read back by harness.report.summary."""
+"""verdict.json: the machine-readable result of a run (see docs/contracts.md, Run directory), and the exit code
+each status means. Written by every task (harness.tasks); this module is its one reader (`verdict_in`): the sweep
+summary, the doctor, resuming and the check that a run dir holds no earlier run all read it through here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,27 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+#: a verdict's exit code (a single run exits with it); INTERRUPTED exits 128 + the signal's number (130 SIGINT,
+#: 143 SIGTERM, 140 SIGUSR2), a config or input mistake exits 2 before any verdict (harness.errors.die)
+EXIT_CODES = {
+    "PASS": 0,
+    "DONE": 0,
+    "DEBUG": 0,
+    "FAIL": 1,
+    "ERROR": 1,
+    "PREFLIGHT_FAIL": 3,
+    "NONFINITE": 4,
+    "SYMPTOM": 5,
+}
+
+
+def exit_code(verdict: dict) -> int:
+    """The exit code of a run that ended with `verdict` (EXIT_CODES)."""
+    if verdict["status"] == "INTERRUPTED":
+        return 128 + verdict["signal"]
+    return EXIT_CODES.get(verdict["status"], 1)
+
 
 #: keys written only when they hold something: what one kind of ending adds
 WHEN_SET = ("signal", "checkpoint", "nonfinite", "error")
@@ -131,5 +153,39 @@ def write_verdict(run_dir: Path, verdict: dict) -> Path:
     return path
 
 
+def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
+    """`run_dir`/verdict.json as written, and why not where it cannot be: (None, "") where there is none,
+    (None, why) where it is damaged, unreadable or not a verdict (verdict_shape)."""
+    path = Path(run_dir) / "verdict.json"
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, ""
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return None, f"{path}: not valid JSON ({err})"
+    except OSError as err:
+        return None, f"{path}: cannot be read ({err.strerror or err})"
+    wrong = verdict_shape(values)
+    if wrong is not None:
+        return None, f"{path}: not a verdict ({wrong})"
+    return values, ""
+
+
+def status_in(run_dir: Path) -> str | None:
+    """The status of the run that ended in `run_dir` (`?` where its verdict cannot be read), or None where none
+    has ended there."""
+    values, why = verdict_in(run_dir)
+    if values is None:
+        return "?" if why else None
+    return str(values.get("status") or "?")
+
+
 def read_verdict(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "verdict.json").read_text())
+    """`run_dir`/verdict.json; a ValueError naming the file where it cannot be read, FileNotFoundError where
+    there is none."""
+    values, why = verdict_in(run_dir)
+    if values is None:
+        if not why:
+            raise FileNotFoundError(Path(run_dir) / "verdict.json")
+        raise ValueError(why)
+    return values

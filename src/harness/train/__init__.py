@@ -1,7 +1,12 @@
-"""Training: the run's stages (run.py), the LightningModule (module.py), the Trainer and callbacks (trainer.py),
-the regimes (overfit.py, full.py), the optimizer and schedule (optim.py), the trackers (loggers.py), checkpoints
-and resume (checkpoints.py), the non-finite guard (nonfinite.py), signals (signals.py: the gates, light;
-interrupt.py: a signal during a training step), ranks and devices (devices.py), the rules of their keys
-(rules.py), debug=profiler's profiler (profiling.py).
+"""Training's parts, as the training task (harness.tasks.training) puts them together:
 
-The package imports nothing itself: signals.py, devices.py and rules.py are read before torch is."""
+    module.py       the LightningModule around a model;   step_loss.py   a step's loss over micro-batches and ranks
+    trainer.py      the Trainer and its callbacks;   rules.py   the training keys' rules, the Trainer arguments set
+    overfit.py      the overfit regime (P6);   full_run.py   mode=full: checkpoints, validation, resume
+    optim.py        the optimizer and schedule;   loggers.py   the trackers
+    checkpoints.py  checkpoints and resume;   interrupt.py   a signal during a training step
+    nonfinite.py    the non-finite guard;   profiling.py   debug=profiler's profiler
+    devices.py      the devices and launches the harness refuses;   sharding.py   trainer=fsdp's strategy
+    whole.py        a whole tensor's figures from its shards
+
+The package imports nothing itself: devices.py and rules.py are read before torch is."""

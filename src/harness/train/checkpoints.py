@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 
 from harness.compat import validate_on_restart, validation_due
+from harness.report.verdict import status_in, verdict_in
 from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -41,20 +42,17 @@ def find_checkpoint(ckpt_path: str, run_dir: Path, log_dir) -> str:
 def checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
     """The run dir a checkpoint was saved in (<run dir>/checkpoints/<name>.ckpt) and that run's mode, read from
     its .hydra/config.yaml or verdict.json; None where neither says (a checkpoint copied out of its run)."""
-    import json
-
     from omegaconf import OmegaConf
 
     run = Path(ckpt_path).absolute().parent.parent
-    config, verdict = run / ".hydra" / "config.yaml", run / "verdict.json"
+    config = run / ".hydra" / "config.yaml"
     try:
         if config.is_file():
             return run, str(OmegaConf.select(OmegaConf.load(config), "mode.name", default=None) or "") or None
-        if verdict.is_file():
-            return run, json.loads(verdict.read_text(encoding="utf-8")).get("mode")
     except Exception:  # an unreadable neighbour says nothing about the checkpoint: its mode is unknown
         return run, None
-    return run, None
+    verdict, _ = verdict_in(run)
+    return run, (verdict or {}).get("mode")
 
 
 def check_resume_mode(cfg, run_dir: Path) -> str | None:
@@ -82,16 +80,8 @@ def interrupted_here(run_dir: Path) -> str | None:
     """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says INTERRUPTED: the job is running again
     in the dir it was stopped in (the submitit launcher requeues a job stopped at SLURM's time limit into the
     same job dir, or a user reruns with hydra.run.dir=<that dir>), so it continues from there; else None."""
-    import json
-
-    last, verdict = run_dir / "checkpoints" / "last.ckpt", run_dir / "verdict.json"
-    if not (last.is_file() and verdict.is_file()):
-        return None
-    try:
-        status = json.loads(verdict.read_text()).get("status")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return str(last) if status == "INTERRUPTED" else None
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return str(last) if last.is_file() and status_in(run_dir) == "INTERRUPTED" else None
 
 
 def read_checkpoint(ckpt_path: str) -> dict:

@@ -1,4 +1,4 @@
-"""A signal during training (harness.train.signals holds the gates for every other moment): the step in progress
+"""A signal during training (harness.signals holds the gates for every other moment): the step in progress
 finishes and is checkpointed, then the run stops with an INTERRUPTED verdict; a second signal stops it at once.
 Under DDP the ranks decide together, every step."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from harness.train.signals import Interrupted, SignalGate, gate_of
+from harness.signals import Interrupted, SignalGate, gate_of
 
 log = logging.getLogger(__name__)
 

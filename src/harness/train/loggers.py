@@ -26,7 +26,7 @@ from torch import Tensor
 
 from harness.compat import rewrite_csv_header, tensorboard_file_writer
 from harness.errors import ConfigError
-from harness.train.devices import global_rank
+from harness.ranks import global_rank
 
 TRACKERS = ("csv", "tensorboard", "wandb", "mlflow")
 #: the metrics TensorBoard's HPARAMS tab sets beside each run's hyperparameters (read from the run's scalars)

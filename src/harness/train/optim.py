@@ -38,7 +38,7 @@ def optimizer_and_schedule(
     optimizer: Callable, schedule: Callable | None, model: nn.Module, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
     """The `optim` config's optimizer over `model`'s parameter groups, and the `schedule` config's scheduler on it
-    (None without one): how the run builds them, and how the door tries them (harness.config.trial)."""
+    (None without one): how the run builds them, and how the door tries them (harness.tasks.try_build)."""
     made = optimizer(parameter_groups(model))
     return made, None if schedule is None else schedule(made, total_steps=total_steps)
 

@@ -13,9 +13,9 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.batches import collate_of, first_items, indexable, to_device, training_mode
-from harness.calls import without_dropout
+from harness.data.batch import collate_of, first_items, indexable, to_device, training_mode
 from harness.errors import ConfigError
+from harness.ops.forward_calls import without_dropout
 from harness.seeding import seed_all
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ def eval_gap(train: dict, evaluated: dict, plain: dict | None = None, dropout: f
 
 class Overfit:
     """mode=overfit: memorize the first n training examples (one batch, every step); PASS when the training
-    loss reaches the floor plus `mode.target_loss`. The mode object harness.train.run asks what differs by mode."""
+    loss reaches the floor plus `mode.target_loss`. The mode object harness.tasks.training asks what differs by mode."""
 
     name = "overfit"
 

@@ -1,7 +1,7 @@
 """The rules of the training parts' own keys (mode, optim, schedule, trainer, compile, the trackers), checked at
 the door before anything is built: their ranges, choices and the Trainer arguments the harness sets itself.
 Nothing here imports torch or Lightning (the door runs before those imports; torch only where a rule needs it).
-harness.config.rules runs them with the other parts' rules and the rules across keys."""
+harness.tasks.validate runs them with the other parts' rules and the rules across keys."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def check_wandb(cfg: DictConfig) -> None:
 
 
 def check(cfg: DictConfig) -> None:
-    """The training parts' rules for a composed config (the ranges are harness.config.rules' to check)."""
+    """The training parts' rules for a composed config (the ranges are harness.tasks.validate' to check)."""
     schedule = cfg.get("schedule")
     if schedule is not None and schedule.get("_target_") in SCHEDULES:
         peak = (cfg.get("optim") or {}).get("lr", 0.0)

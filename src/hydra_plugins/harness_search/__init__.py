@@ -1,4 +1,4 @@
-"""The Optuna sweeper a harness search runs under: the command line (harness.report.search.search_class) puts it in
+"""The Optuna sweeper a harness search runs under: the command line (harness.report.optimized_metric.search_class) puts it in
 place of the hydra-optuna-sweeper plugin's own class, whose keys it keeps. The same search, except that one in which
 no trial returned a number ends normally instead of raising Optuna's "No trials are completed yet", so the sweep
 summary is still written and says how each trial ended (harness.report.summary.unreturned then names the cause in

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from harness.probes.detectors.base import RUNNING
+from harness.probes.detectors.detector import RUNNING
 
 #: a total gradient norm below this is no explosion, whatever it grew from (a zero-initialized branch, a norm
 #: near convergence): the gradient of a mean loss is of order 1 for activations of order 1

@@ -9,7 +9,7 @@ import statistics
 
 import torch
 
-from harness.probes.detectors.base import RUNNING
+from harness.probes.detectors.detector import RUNNING
 
 
 class LossRules:

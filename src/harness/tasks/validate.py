@@ -3,12 +3,12 @@ before any work, as one line with the fix.
 
 Hydra already refuses, while composing, a misspelled key, an unknown group option and a value of the wrong type
 (harness.config.schema). A part's own rules live beside the part (harness.data.rules, harness.models.rules,
-harness.train.rules, harness.train.devices, harness.report.search) and are run from here; here live the rules a
+harness.train.rules, harness.train.devices, harness.report.optimized_metric) and are run from here; here live the rules a
 type cannot say that cross parts (ranges of every part's keys, taken from their tables; files the config names;
 keys that depend on each other), and the kind check of values the command line gave.
 
-The command line validates each job's config once, before anything runs (harness.cli.door); a job started by it
-then checks only where it runs (its devices). `harness.train.run.run` called in code validates the whole."""
+The command line validates each job's config once, before anything runs (harness.cli.overrides); a job started by it
+then checks only where it runs (its devices). `harness.tasks.training.run` called in code validates the whole."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from harness.config.schema import MODES
 from harness.data import rules as data_rules
 from harness.errors import ConfigError
 from harness.models import rules as model_rules
-from harness.report import search
+from harness.report import optimized_metric
 from harness.train import devices as device_rules
 from harness.train import rules as train_rules
 
@@ -189,4 +189,4 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     )  # trainer.devices is a count, a list of ids or auto, wherever the job runs
     if devices:
         device_rules.check_devices(cfg.trainer)
-    search.check_metric(cfg.get("optimized_metric"), cfg.mode.name)
+    optimized_metric.check_metric(cfg.get("optimized_metric"), cfg.mode.name)

@@ -9,19 +9,19 @@ from dataclasses import asdict, fields
 import torch
 
 from harness.errors import ConfigError
-from harness.probes.base import Probe
 from harness.probes.detectors.activations import ActivationRules
-from harness.probes.detectors.base import Limits, Streaks, names
+from harness.probes.detectors.detector import Limits, Streaks, names
 from harness.probes.detectors.gradients import GradientRules, blocks_of
 from harness.probes.detectors.loss import LossRules
 from harness.probes.norms import parameter_names
+from harness.probes.probe import Probe
 from harness.report.symptoms import Symptom
 from harness.train.optim import embedding_weights
 
 
 class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
     """Detects the symptoms above while the run trains; its thresholds and windows are the keyword arguments that
-    Limits holds (conf/probes/default.yaml says what each means). `fail` is read by harness.train.run: a run with a symptom
+    Limits holds (conf/probes/default.yaml says what each means). `fail` is read by harness.tasks.training: a run with a symptom
     ends as SYMPTOM (exit 5) instead of PASS or DONE."""
 
     def __init__(self, every: int | None = 10, fail: bool = False, **limits):

@@ -1,7 +1,7 @@
 """What a hyperparameter search optimizes: the number a finished job hands back to the sweeper.
 
 `optimized_metric` (conf/train.yaml) names it: a number of verdict.json (`val_loss`, `final_loss`, `accuracy`, ...)
-or a column of metrics.csv (`val/loss`: its last value). harness.cli.task returns it, so a sweeper that optimizes
+or a column of metrics.csv (`val/loss`: its last value). harness.tasks.job returns it, so a sweeper that optimizes
 (hydra/sweeper=optuna, conf/experiment/search.yaml) reads it from each job. A job that has no such number (it
 stopped early, or the value is NaN) returns None, which Optuna records as a failed trial and goes on."""
 

@@ -1,8 +1,8 @@
-"""Training, one job: data -> model -> preflight -> fit -> verdict.json, each stage one call of `stages`.
+"""The training task: data -> model -> preflight -> fit -> verdict.json, each stage one call of `train`.
 
-`run(cfg)` is the whole of it for a composed config (train.py's job calls it; so may code of yours). mode=eval
-and the doctor are tasks of their own (harness.report.evaluate, harness.report.doctor): harness.cli.task
-chooses; `open_job` is what every task does first."""
+`run(cfg)` is the whole of it for a composed config (so may code of yours call it); train.py's job
+(harness.tasks.job) opens the job (`open_job`, what every task does first) and calls `train`. mode=eval and the
+doctor are tasks of their own (harness.tasks.evaluate, harness.tasks.doctor)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import contextlib
 import logging
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -19,35 +20,28 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import build, validate
+from harness.config import build
 from harness.config.schema import MODES
-from harness.config.tree import show_config
+from harness.config.show import show_config
 from harness.errors import ConfigError, PreflightFailed
 from harness.ops.loss import loss_of
+from harness.ranks import global_rank, started_by_lightning
 from harness.report.symptoms import judge as judge_symptoms
 from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
 from harness.seeding import seed_all
+from harness.signals import Interrupted
+from harness.tasks.validate import validate
 from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
-from harness.train.devices import SHARDED, check_devices, global_rank, started_by_lightning, strategy_name
+from harness.train.devices import SHARDED, check_devices, strategy_name
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
 from harness.train.sharding import check_init_weights, on_meta
-from harness.train.signals import Interrupted
 from harness.train.trainer import build_callbacks, build_trainer
 
 log = logging.getLogger(__name__)
-
-#: a verdict's exit code; INTERRUPTED exits 128 + the signal's number
-EXIT_CODES = {"PASS": 0, "DONE": 0, "DEBUG": 0, "FAIL": 1, "PREFLIGHT_FAIL": 3, "NONFINITE": 4, "SYMPTOM": 5}
-
-
-def exit_code(verdict: dict) -> int:
-    if verdict["status"] == "INTERRUPTED":
-        return 128 + verdict["signal"]
-    return EXIT_CODES.get(verdict["status"], 1)
 
 
 def open_job(cfg: DictConfig, checked: bool = False) -> Path:
@@ -67,19 +61,53 @@ def open_job(cfg: DictConfig, checked: bool = False) -> Path:
 
 
 def run(cfg: DictConfig, checked: bool = False) -> dict:
-    """Train one job. Returns its verdict (also written to verdict.json in the Hydra output dir). `checked`: the
-    door (harness.cli.door) has validated the config already."""
-    run_dir = open_job(cfg, checked)
-    # from here a signal stops the job with its verdict: at once, or during a training step at the step's end
-    interrupt = StopOnSignal(run_dir / "checkpoints" / "last.ckpt")
-    interrupt.install()
+    """Train one job from a composed config, as train.py's job does (so may code of yours). Returns its verdict
+    (also written to verdict.json in the Hydra output dir). `checked`: the config is validated already."""
+    return train(cfg, open_job(cfg, checked))
+
+
+@dataclass
+class Training:
+    """One training task as its stages share it: the config, the run dir, the regime (overfit or full), the
+    verdict as it fills, the signal handler and when it started."""
+
+    cfg: DictConfig
+    run_dir: Path
+    mode: object
+    verdict: Verdict
+    interrupt: StopOnSignal
+    started: float
+
+
+def train(cfg: DictConfig, run_dir: Path) -> dict:
+    """The training task, its stages in order: build, preflight, fit, judge; the verdict as a dict. From here a
+    signal stops the job with its verdict: at once, or during a training step at the step's end (StopOnSignal);
+    outside a step it raises Interrupted wherever it lands, and the verdict says INTERRUPTED all the same."""
+    started, mode = time.perf_counter(), mode_for(cfg)
+    verdict = start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
+    job = Training(cfg, run_dir, mode, verdict, StopOnSignal(run_dir / "checkpoints" / "last.ckpt"), started)
+    job.interrupt.install()
     try:
-        verdict = run_job(cfg, run_dir, interrupt)
+        data, module, probes = build_stage(job)
+        job.interrupt.phase = "the preflight"
+        preflight(cfg, module, data, verdict)
+        if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
+            verdict.status = "PREFLIGHT_FAIL"
+            message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
+            return finish(job, logging.ERROR, message)
+        trainer, ckpt_path, loggers = trainer_for(job, data, module, probes)
+        job.interrupt.phase = "the start of training"
+        stopped = fit(trainer, module, data, ckpt_path, loggers)
+        return judged(job, trainer, module, probes, stopped)
+    except Interrupted as stop:
+        job.interrupt.holding = True  # another signal while the verdict is written is only noted
+        verdict.status, verdict.signal = "INTERRUPTED", stop.signum
+        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {job.interrupt.phase}"
+        return finish(job, logging.WARNING, message)
     finally:
-        interrupt.restore()
-    if verdict["status"] == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
-        interrupt.hand_on()
-    return verdict
+        job.interrupt.restore()
+        if verdict.status == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
+            job.interrupt.hand_on()
 
 
 def mode_for(cfg: DictConfig):
@@ -89,84 +117,68 @@ def mode_for(cfg: DictConfig):
         raise ConfigError(
             "mode",
             cfg.mode.name,
-            "run() trains; evaluate with eval.py (harness.cli.task.perform runs any task)",
+            "run() trains; evaluate with eval.py (harness.tasks.job.task_of names each task)",
         )
     return get_class(regime)(cfg)
 
 
-def run_job(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal) -> dict:
-    """The job's stages (harness.train.run.stages); a signal outside a training step raises Interrupted wherever it
-    lands, and the verdict says INTERRUPTED all the same. Returns the verdict as a dict."""
-    started = time.perf_counter()
-    mode = mode_for(cfg)
-    verdict = start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
-    try:
-        return stages(cfg, run_dir, interrupt, mode, verdict, started)
-    except Interrupted as stop:
-        interrupt.holding = True  # another signal while the verdict is written is only noted
-        verdict.status, verdict.signal = "INTERRUPTED", stop.signum
-        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {interrupt.phase}"
-        return finish(verdict, started, run_dir, logging.WARNING, message)
-
-
-def stages(cfg: DictConfig, run_dir: Path, interrupt: StopOnSignal, mode, verdict: Verdict, started: float):
-    """The stages of one job, in order: build, preflight, fit, judge. Returns the verdict as a dict."""
+def build_stage(job: Training) -> tuple:
+    """The datamodule, the LightningModule, and the probes and the config's extra callbacks (a bad probe or
+    callback is a config error before the preflight's work; a fork without probes has none)."""
+    cfg = job.cfg
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
-    interrupt.phase = "data generation and the model's construction"
-    data, module = build_parts(cfg, mode)
+    job.interrupt.phase = "data generation and the model's construction"
+    data, module = build_parts(cfg, job.mode)
     # the class, e.g. LlamaForCausalLM, or the name the model gives itself
-    verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
-    # before the preflight's work: a bad probe or callback is a config error; a fork without probes has none
+    job.verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
+    overfit = job.mode.name == "overfit"
     probes = (
-        build(
-            cfg.probes, "probes", run_dir=run_dir, data=data, overfit=mode.name == "overfit", loss=module.loss
-        )
+        build(cfg.probes, "probes", run_dir=job.run_dir, data=data, overfit=overfit, loss=module.loss)
         if cfg.get("probes") is not None
         else []
     )
-    extra = build_callbacks(cfg)
+    return data, module, probes
 
-    interrupt.phase = "the preflight"
-    preflight(cfg, module, data, verdict)
-    if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
-        verdict.status = "PREFLIGHT_FAIL"
-        message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
-        return finish(verdict, started, run_dir, logging.ERROR, message)
 
-    checkpoints = run_dir / "checkpoints"
-    callbacks = [*start_checks(cfg, data, verdict, mode), NonFiniteGuard(), ResumeState(), interrupt]
-    callbacks += mode.callbacks(data, verdict, checkpoints)
+def trainer_for(job: Training, data, module, probes: list) -> tuple:
+    """The Trainer with every callback and logger, the checkpoint it resumes from (checked against the model and
+    optimizer), and the loggers (finished once training ends)."""
+    cfg, run_dir, mode = job.cfg, job.run_dir, job.mode
+    callbacks = [*start_checks(cfg, data, job.verdict, mode), NonFiniteGuard(), ResumeState(), job.interrupt]
+    callbacks += mode.callbacks(data, job.verdict, run_dir / "checkpoints")
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
     ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
     if ckpt_path is not None and cfg.ckpt_path is None:
         log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
-    resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)  # checked against the model and optim
+    resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
-    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
-    interrupt.phase = "the start of training"
-    stopped = fit(trainer, module, data, resumed and resumed.path, loggers)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes + build_callbacks(cfg), loggers)
+    return trainer, resumed and resumed.path, loggers
 
+
+def judged(job: Training, trainer: pl.Trainer, module, probes: list, stopped) -> dict:
+    """The verdict of a run that trained: stopped early (a signal, a non-finite loss, a preflight row read as
+    training started), a debug run, or the mode's own judgement. Returns the verdict as a dict."""
+    cfg, verdict, interrupt = job.cfg, job.verdict, job.interrupt
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     verdict.items.setdefault("symptoms", [])
     if stopped is not None:
         interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
-        message = stopped_early(verdict, stopped, module, checkpoints, interrupt.phase)
-        return finish(verdict, started, run_dir, logging.WARNING, message)
+        message = stopped_early(verdict, stopped, module, job.run_dir / "checkpoints", interrupt.phase)
+        return finish(job, logging.WARNING, message)
     interrupt.phase = "judging and plotting"
     if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
         verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
         message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
-        return finish(verdict, started, run_dir, logging.INFO, message, fail_on=symptoms_fail(cfg))
-    mode.judge(verdict, trainer, module, checkpoints)
+        return finish(job, logging.INFO, message, fail_on=symptoms_fail(cfg))
+    job.mode.judge(verdict, trainer, module, job.run_dir / "checkpoints")
     if writes() and verdict.eval_gap:
         log.warning("eval gap: %s", verdict.eval_gap)
-    return finish(
-        verdict, started, run_dir, logging.INFO, None, summary=mode.summary, fail_on=symptoms_fail(cfg)
-    )
+    return finish(job, logging.INFO, None, summary=job.mode.summary, fail_on=symptoms_fail(cfg))
 
 
 def symptoms_fail(cfg: DictConfig) -> bool:
@@ -316,22 +328,15 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
     return f"{verdict.status} after {verdict.steps} steps"
 
 
-def finish(
-    verdict: Verdict,
-    started: float,
-    run_dir: Path,
-    level: int,
-    message: str | None,
-    summary=None,
-    fail_on: bool = False,
-) -> dict:
+def finish(job: Training, level: int, message: str | None, summary=None, fail_on: bool = False) -> dict:
     """Stamp the time, judge the symptoms (`fail_on`: probes.symptoms.fail), write verdict.json (rank 0 only: DDP
     ranks share the run dir), say how the run ended."""
-    verdict.seconds = round(time.perf_counter() - started, 3)
+    verdict = job.verdict
+    verdict.seconds = round(time.perf_counter() - job.started, 3)
     line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
     judge_symptoms(verdict, fail_on)
     if writes():
-        path = verdict.write(run_dir)
+        path = verdict.write(job.run_dir)
         log.log(level, "%s", line if summary else f"{line}: verdict {path}")
         if verdict.status == "SYMPTOM":
             names = sorted({s["name"] for s in verdict.items["symptoms"]})

@@ -1,4 +1,4 @@
-"""mode=full, real training: the regime object harness.train.run asks what differs by mode (the data the trainer
+"""mode=full, real training: the regime object harness.tasks.training asks what differs by mode (the data the trainer
 sees, its callbacks, how the run is judged, its summary line); mode=overfit's is harness.train.overfit.Overfit.
 harness.config.schema.MODES names both."""
 

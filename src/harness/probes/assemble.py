@@ -1,6 +1,6 @@
 """The probes of a run, built from the `probes` config node (conf/probes/default.yaml) by one loop: every
 entry with a `_target_`, a built-in probe or a fork's own (beside the built-ins or under `extra`), is built
-by Hydra the same way. harness.train.run knows only the node's own `_target_`, `from_config`.
+by Hydra the same way. harness.tasks.training knows only the node's own `_target_`, `from_config`.
 
 An entry's keys are its class's arguments, plus two the builder reads: `full` (also built in mode=full;
 default true) and `enabled` (false leaves it out; default true). A `Probe` runs inside the one ProbeSet
@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import build
 from harness.errors import ConfigError
-from harness.probes.base import Probe, RunInfo
+from harness.probes.probe import Probe, RunInfo
 from harness.probes.probeset import ProbeSet, undispatched
 
 log = logging.getLogger(__name__)

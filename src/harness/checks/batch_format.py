@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 import torch
 
-from harness.batches import first_items
-from harness.checks.base import FAIL, PASS, SKIP, CheckResult
-from harness.checks.reads import SPLITS, reads
+from harness.checks.data_reads import SPLITS, reads
+from harness.checks.result import FAIL, PASS, SKIP, CheckResult, SampleBatch
+from harness.data.batch import first_items, first_rows
 
 KEYS = ("input_ids", "targets", "loss_mask")
 #: the names a tokenizer's padding token goes by, where it declares no pad_id
@@ -103,7 +103,7 @@ def layout_fault(batch, rows: int | None = None, length: int | None = None) -> s
 def probe_rows(data, split: str) -> tuple[dict | None, int]:
     """A few of the split's first items collated by its loader's collate (a count unlike their length, so that a
     time-major layout shows), and that count."""
-    from harness.batches import collate_of
+    from harness.data.batch import collate_of
 
     dataset = data.dataset(split)
     first = first_items(dataset, 1)
@@ -235,3 +235,15 @@ def unusable(batch, tokenizer) -> str | None:
     if not bool(batch["loss_mask"].any()):
         return "has an empty loss mask: every loss is 0/0 (see loss_mask)"
     return None
+
+
+def sample_rows(data, size: int = 4) -> SampleBatch:
+    """The first `size` training examples of a datamodule, collated by its own train loader's collate (padding
+    and all), with `unusable` said where the batch breaks what the model checks need."""
+    rows = first_rows(data, "train", size)
+    rows = dict(rows) if isinstance(rows, Mapping) else rows  # a BatchEncoding, a UserDict: as a dict
+    batch = SampleBatch(rows if isinstance(rows, dict) else {})
+    batch.unusable = (
+        "holds no example: the training split is empty" if rows is None else unusable(rows, data.tokenizer)
+    )
+    return batch

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.batches import first_rows, to_device, training_mode
 from harness.config import build
+from harness.data.batch import first_rows, to_device, training_mode
 from harness.errors import ConfigError
 from harness.ops.loss import Loss, loss_of
 from harness.report.verdict import Verdict
@@ -199,7 +199,7 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
 def evaluate_job(cfg: DictConfig, run_dir: Path) -> dict:
     """mode=eval as a job (eval.py, or train.py mode=eval): the checkpoint measured; eval.json and the verdict
     written by rank 0. Returns the verdict as a dict."""
-    from harness.train.devices import global_rank
+    from harness.ranks import global_rank
 
     writes = global_rank() == 0
     verdict = evaluate(cfg, run_dir, write=writes)

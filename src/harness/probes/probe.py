@@ -99,5 +99,5 @@ class Probe(pl.Callback):
         return due(step, self.every)
 
     def verdict_items(self) -> dict:
-        """What this probe adds to verdict.json (merged into it by harness.train.run at the end of the run)."""
+        """What this probe adds to verdict.json (merged into it by harness.tasks.training at the end of the run)."""
         return {}

@@ -4,12 +4,12 @@ heavy imports: a typo costs a second, not a data build and a preflight."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from harness.errors import ConfigError, die
+from harness.report.verdict import status_in
 
 
 def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
@@ -22,8 +22,8 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.compat import hydra_args_parser
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.extras import check_plugins
-    from harness.config.trial import as_a_job
-    from harness.report.search import search_class
+    from harness.report.optimized_metric import search_class
+    from harness.tasks.try_build import as_a_job
     from harness.train.devices import check_torchrun_launch
 
     args = hydra_args_parser().parse_args(argv)
@@ -65,7 +65,7 @@ def rank_args(hydra_overrides: list[str]) -> list[str]:
     """What a rank > 0 started with the others (torchrun, ranks started by hand) adds to the command line: no
     `.hydra/` of its own in the run dir it shares with rank 0, which writes it (Lightning does the same for the
     ranks it starts)."""
-    from harness.train.devices import global_rank, started_by_lightning
+    from harness.ranks import global_rank, started_by_lightning
 
     given = any(o.startswith("hydra.output_subdir") for o in hydra_overrides)
     return (
@@ -94,10 +94,9 @@ def checked_jobs(
     initialize_config_dir."""
     from hydra import compose
 
-    from harness.config import validate
     from harness.config.explain import base_of, explain
-    from harness.config.rules import check_types
-    from harness.report.search import check_sweeper
+    from harness.report.optimized_metric import check_sweeper
+    from harness.tasks.validate import check_types, validate
     from harness.train.devices import check_launch, on_cluster
 
     jobs = []
@@ -137,11 +136,11 @@ def hydra_base(overrides: list[str], searchpath: list[str]):
 
 
 def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
-    """Build what each job's config builds and, for a sweep, its launcher (harness.config.trial): a value a
+    """Build what each job's config builds and, for a sweep, its launcher (harness.tasks.try_build): a value a
     library refuses is one line now, not a traceback after the data is built."""
-    from harness.config.trial import launcher_trial, trial
+    from harness.signals import Interrupted, received
+    from harness.tasks.try_build import launcher_trial, trial
     from harness.train.devices import on_cluster
-    from harness.train.signals import Interrupted, received
 
     try:
         for cfg, base, given in jobs:
@@ -193,11 +192,13 @@ def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
     """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
     harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
     (torchrun, SLURM) each check it, and rank 0 alone empties it for +overwrite=true."""
-    from harness.train.devices import global_rank, started_by_lightning
+    from harness.ranks import global_rank, started_by_lightning
 
     if started_by_lightning():
         return
     try:
+        from harness.tasks.job import check_run_dir
+
         (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
         overwrite = cfg.get("overwrite", False) is True and global_rank() == 0
         if overwrite and replaced(cfg, directory, multirun):
@@ -212,10 +213,10 @@ def replaced(cfg, directory: Path, multirun: bool) -> bool:
     if not Path(directory).is_dir():
         return False
     if multirun:
-        return any(prior_status(d) for d in Path(directory).iterdir() if d.is_dir())
+        return any(status_in(d) for d in Path(directory).iterdir() if d.is_dir())
     ckpt = cfg.get("ckpt_path")
     inside = ckpt not in (None, "last") and Path(directory).absolute() in Path(ckpt).absolute().parents
-    return prior_status(Path(directory)) is not None and not inside
+    return status_in(Path(directory)) is not None and not inside
 
 
 def empty_out(key: str, directory: Path) -> None:
@@ -261,49 +262,12 @@ def check_writable(key: str, directory: str, example: str = "outputs/...") -> No
         )
 
 
-def prior_status(run_dir: Path) -> str | None:
-    """The status in `run_dir`/verdict.json (`?` when unreadable), or None where no run has ended there."""
-    verdict = run_dir / "verdict.json"
-    if not verdict.is_file():
-        return None
-    try:
-        return str(json.loads(verdict.read_text(encoding="utf-8")).get("status", "?"))
-    except (ValueError, UnicodeDecodeError, AttributeError):
-        return "?"
-
-
-class RunDirTaken(ConfigError):
-    """The run directory holds an earlier run's verdict: refused, and nothing is written there (a sweep job's
-    ERROR verdict would itself overwrite the earlier one)."""
-
-
-def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
-    """Refuse a run directory that holds an earlier run's verdict: this run would overwrite its metrics,
-    checkpoints and verdict. Allowed: `+overwrite=true`; the same run resumed (ckpt_path inside it); a job started
-    again in the dir it was interrupted in (verdict INTERRUPTED: a requeued SLURM job; in mode=full it continues
-    from its own last.ckpt, harness.faults.interrupted_here)."""
-    status = prior_status(Path(run_dir))
-    if status in (None, "INTERRUPTED") or cfg.get("overwrite", False) is True:
-        return
-    run_dir = Path(run_dir).absolute()
-    ckpt = cfg.get("ckpt_path")
-    if ckpt not in (None, "last") and run_dir in Path(ckpt).absolute().parents:
-        return
-    raise RunDirTaken(
-        key,
-        str(run_dir),
-        f"already holds a run (verdict {status}) that this one would overwrite; choose another folder, "
-        "or give +overwrite=true (a mode=full run continues inside it with "
-        f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'})",
-    )
-
-
 def check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
     """Refuse a sweep directory any of whose job dirs holds a verdict, whatever its status: the new sweep would
     overwrite those jobs and their summary. Allowed: `+overwrite=true`."""
     if cfg.get("overwrite", False) is True or not Path(sweep_dir).is_dir():
         return
-    held = next((d for d in sorted(Path(sweep_dir).iterdir()) if prior_status(d)), None)
+    held = next((d for d in sorted(Path(sweep_dir).iterdir()) if status_in(d)), None)
     if held is not None:
         raise ConfigError(
             "hydra.sweep.dir",

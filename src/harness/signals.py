@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -103,18 +104,19 @@ def ignore_from_now() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def run_guarded(work) -> None:
-    """Run `work()` as a command's whole: a signal at any moment (the first handler is installed before anything
-    else) ends the process with one line and 128 + its number, never a traceback; from the end on, a signal
-    ends it at once (leave_at_once). Interrupted raised inside a C extension's import (numpy's, torch's) comes back
-    as another exception: the gate's record says it was the signal."""
+@contextmanager
+def guarded():
+    """Around a command's whole: a signal at any moment (the first handler is installed before anything else)
+    ends the process with one line and 128 + its number, never a traceback; from the end on, a signal ends it at
+    once (leave_at_once). Interrupted raised inside a C extension's import (numpy's, torch's) comes back as another
+    exception: the gate's record says it was the signal."""
     import atexit
 
     gate = SignalGate()
     gate.install()
     atexit.register(ignore_from_now)  # the first registered, the last run
     try:
-        work()
+        yield
     except Interrupted as stop:
         print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
         sys.exit(128 + stop.signum)
@@ -125,6 +127,12 @@ def run_guarded(work) -> None:
         sys.exit(128 + gate.received)
     finally:
         leave_at_once()
+
+
+def run_guarded(work) -> None:
+    """`work()` run guarded()."""
+    with guarded():
+        work()
 
 
 class Held:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from harness.probes.base import whole
+from harness.probes.probe import whole
 
 #: the running medians the loss and gradient rules compare against: this many latest values
 RUNNING = 20

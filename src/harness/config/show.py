@@ -1,5 +1,5 @@
 """The composed config as a tree, drawn with Rich: whole in the run dir (config_tree.log), one line a group on the
-console at the start of a run (harness.train.run.run calls show_config, on rank 0).
+console at the start of a run (harness.tasks.training.run calls show_config, on rank 0).
 
 The console gets the short form because a run's first screen is for the preflight and the verdict; the file
 has every key, resolved (interpolations and environment variables filled in), as the run used it.

@@ -1,4 +1,4 @@
-"""One eval-mode forward over the sample batch, watched from inside (harness.calls): what the architecture checks
+"""One eval-mode forward over the sample batch, watched from inside (harness.ops.forward_calls): what the architecture checks
 (architecture.py) read, in a single pass shared by all three.
 
 - Stacks of blocks: a module whose children are numbered (`blocks.0`, `blocks.1`, ...; `layers.3`) and whose
@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.batches import to_device, training_mode
-from harness.calls import SDPA_ARGS, Intercept, ModuleStack, argument
-from harness.checks.base import masked_loss, shared, shared_train_pass, step_settings
+from harness.checks.result import masked_loss, shared, shared_train_pass, step_settings
+from harness.data.batch import to_device, training_mode
+from harness.ops.forward_calls import SDPA_ARGS, Intercept, ModuleStack, argument
 from harness.seeding import seed_all
 
 SOFTMAXES = (torch.softmax, F.softmax, torch.Tensor.softmax)

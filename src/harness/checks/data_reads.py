@@ -15,7 +15,7 @@ from itertools import islice
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from harness.batches import collate_of, indexable
+from harness.data.batch import collate_of, indexable
 
 SPLITS = ("train", "val")
 #: batches of each loader the checks read

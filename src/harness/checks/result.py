@@ -4,13 +4,13 @@ read (one seeded forward/backward serves gradient_flow, determinism, finite and 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
-from harness.batches import first_examples, first_rows, to_device, training_mode
+from harness.data.batch import first_examples, to_device, training_mode
 from harness.ops.loss import CrossEntropy, Loss, loss_of
 from harness.seeding import seed_all
 
@@ -53,20 +53,6 @@ class SampleBatch(dict):
 def sample_batch(dataset, size: int = 4) -> SampleBatch:
     """The first `size` examples of `dataset`, collated into a Batch by default_collate."""
     return SampleBatch(first_examples(dataset, size))
-
-
-def sample_rows(data, size: int = 4) -> SampleBatch:
-    """The first `size` training examples of a datamodule, collated by its own train loader's collate (padding
-    and all), with `unusable` said where the batch breaks what the model checks need."""
-    from harness.checks.batch import unusable
-
-    rows = first_rows(data, "train", size)
-    rows = dict(rows) if isinstance(rows, Mapping) else rows  # a BatchEncoding, a UserDict: as a dict
-    batch = SampleBatch(rows if isinstance(rows, dict) else {})
-    batch.unusable = (
-        "holds no example: the training split is empty" if rows is None else unusable(rows, data.tokenizer)
-    )
-    return batch
 
 
 def shared(batch: dict, key: tuple, model: nn.Module, compute: Callable):
