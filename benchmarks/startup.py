@@ -14,7 +14,6 @@ The core-only environment is made once under outputs/bench/core-venv (the same t
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 from benchmarks import OUT, write
+from harness.report.verdict import read_verdict
 
 TARGETS = {"ratio": 1.5, "extras_cost": 1.10}
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def main(reps: int = 5) -> dict:
                 "+overwrite=true",
             ]
             seconds[side].append(wall(command, env))
-            preflight.append(json.loads(Path(run_dir, "verdict.json").read_text())["preflight_seconds"])
+            preflight.append(read_verdict(run_dir)["preflight_seconds"])
     median = {side: statistics.median(values) for side, values in seconds.items()}
     figures = {
         "ratio": round(median["core_run"] / median["bare"], 3),

@@ -1,7 +1,7 @@
 """harness: tells you whether a training harness is sound before you spend a GPU-day.
 
-The package's folders follow the pipeline, and each imports only from those above it in this list (lowest
-first; tests/test_layout.py holds it, docs/layout.md draws it):
+The package's folders are layers, listed lowest first: a module imports only from its own line and the lines
+before it (tests/test_layout.py holds it, docs/layout.md draws it):
 
     errors.py, seeding.py, ranks.py, signals.py, compat.py   what every process shares
     config/    the schema, a node built with one-line errors, Hydra's errors explained, the config tree

@@ -222,7 +222,7 @@ def describe(tokenizer) -> dict:
     }
 
 
-if __name__ == "__main__":  # the command's entry is the command line's (harness.cli.prepare)
-    from harness.cli.prepare import main
+if __name__ == "__main__":  # the command's entry is the command line's (harness.cli.prepare_command)
+    from harness.cli.prepare_command import main
 
     main()

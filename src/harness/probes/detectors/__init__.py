@@ -1,4 +1,4 @@
-"""The symptom detectors: the `Symptoms` probe (symptoms.py) reads the probes' stream (every row the sink logs: gradient norms, update
+"""The symptom detectors: the `Symptoms` probe (symptoms_probe.py) reads the probes' stream (every row the sink logs: gradient norms, update
 ratios, activations, gradient reach) and the training loss, and reports what a person would otherwise have to
 spot in the charts (harness.report.symptoms: the record, the names, the suggestions).
 
@@ -25,12 +25,12 @@ rows other probes already brought to the host, so this probe adds no sync of its
 reported once per name and place (the sink: console, `symptoms/<name>` on every logger, a table for the
 trackers, verdict.json `symptoms`).
 
-    symptoms.py     the Symptoms probe: every detector fed from the sink's rows and the loss
-    detector.py     what the detectors share: thresholds (Limits), running medians, readings in a row
-    gradients.py    exploding_gradients, vanishing_gradients, update_ratio
-    activations.py  dead_units, saturated_activations;   loss.py   loss_spike, no_progress"""
+    symptoms_probe.py   the Symptoms probe: every detector fed from the sink's rows and the loss
+    detector.py         what the detectors share: thresholds (Limits), running medians, readings in a row
+    gradient_health.py  exploding_gradients, vanishing_gradients, update_ratio
+    dead_saturated.py   dead_units, saturated_activations;   loss_curve.py   loss_spike, no_progress"""
 
-from harness.probes.detectors.gradients import blocks_of
-from harness.probes.detectors.symptoms import Symptoms
+from harness.probes.detectors.gradient_health import blocks_of
+from harness.probes.detectors.symptoms_probe import Symptoms
 
 __all__ = ["Symptoms", "blocks_of"]

@@ -9,10 +9,10 @@ from dataclasses import asdict, fields
 import torch
 
 from harness.errors import ConfigError
-from harness.probes.detectors.activations import ActivationRules
+from harness.probes.detectors.dead_saturated import ActivationRules
 from harness.probes.detectors.detector import Limits, Streaks, names
-from harness.probes.detectors.gradients import GradientRules, blocks_of
-from harness.probes.detectors.loss import LossRules
+from harness.probes.detectors.gradient_health import GradientRules, blocks_of
+from harness.probes.detectors.loss_curve import LossRules
 from harness.probes.norms import parameter_names
 from harness.probes.probe import Probe
 from harness.report.symptoms import Symptom

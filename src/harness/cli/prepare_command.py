@@ -35,7 +35,9 @@ def prepare_command(argv: list[str] | None = None) -> None:
 
     overrides = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    conf = Path(__file__).resolve().parents[3] / "conf"  # src/harness/cli/prepare.py -> the repository
+    conf = (
+        Path(__file__).resolve().parents[3] / "conf"
+    )  # src/harness/cli/prepare_command.py -> the repository
     with initialize_config_dir(config_dir=str(conf), version_base="1.3", job_name="prepare"):
         try:
             cfg = compose(config_name="train", overrides=overrides)
