@@ -125,6 +125,21 @@ class FunctionalReLU(Stack):
         return self.head(x + self.net(x))
 
 
+class DeadReLUNet(nn.Module):
+    """torch.relu called in the model's own forward, after a layer whose bias is -8: every unit is zero, always.
+    Its class name says ReLU, as a fork's often does; it is no activation module for that (it holds layers)."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, bias: float = -8.0, **_):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.linear, self.head = nn.Linear(d_model, d_model), nn.Linear(d_model, vocab_size)
+        nn.init.constant_(self.linear.bias, bias)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # a residual path keeps the head learning
+        x = self.token_embedding(input_ids)
+        return self.head(x + torch.relu(self.linear(x)))
+
+
 def gpt2_mlp_with_tanh(self, hidden_states: torch.Tensor) -> torch.Tensor:
     """GPT2MLP.forward with its activation module replaced by torch.tanh called in place."""
     return self.dropout(self.c_proj(torch.tanh(self.c_fc(hidden_states))))

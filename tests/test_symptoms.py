@@ -136,9 +136,10 @@ def test_a_tanh_called_as_a_function_with_weights_far_too_large_is_saturated(
     ("model", "where"),
     [
         (["model._target_=tests.sick_models.FunctionalReLU"], "net/relu"),
+        (["model._target_=tests.sick_models.DeadReLUNet"], "forward/relu"),
         (["model=hf", "model._target_=tests.sick_models.LlamaDeadReLU"], "lm.model.layers.0.mlp/relu"),
     ],
-    ids=["stack", "hf-llama"],
+    ids=["stack", "named-relu", "hf-llama"],
 )
 def test_a_relu_called_as_a_function_behind_a_large_negative_bias_has_dead_units(
     model, where, tmp_path_factory, data_root
@@ -149,7 +150,7 @@ def test_a_relu_called_as_a_function_behind_a_large_negative_bias_has_dead_units
     )
     [symptom] = [s for s in found(verdict, "dead_units") if s["where"] == where]  # hf: one a layer
     assert symptom["where"] == where and symptom["value"] == 1.0, symptom
-    assert "relu called as a function in the forward of" in symptom["detail"], symptom
+    assert "relu called as a function in the" in symptom["detail"], symptom
     assert found(verdict, "dead_params"), verdict["symptoms"]
 
 
@@ -375,6 +376,11 @@ def test_activation_kinds_are_read_from_class_names_third_party_included():
     assert [kind_of(m) for m in (nn.Linear(2, 2), nn.LogSigmoid(), nn.Tanhshrink(), nn.Softmax())] == [
         None
     ] * 4
+
+    class ReluMLP(nn.Sequential):  # a block named after its activation holds layers: not an activation
+        pass
+
+    assert kind_of(ReluMLP(nn.Linear(2, 2), nn.ReLU())) is None
     gelu, relu = ACT2CLS["gelu_new"], ACT2CLS["relu"]
     gelu = gelu[0] if isinstance(gelu, tuple) else gelu
     assert kind_of(gelu()) == "relu" and kind_of(relu[0]() if isinstance(relu, tuple) else relu()) == "relu"

@@ -72,7 +72,11 @@ DEAD = 1e-6
 
 
 def kind_of(module: nn.Module) -> str | None:
-    """'relu', 'tanh', 'sigmoid' (the statistic the module's outputs get beyond RMS and mean), or None."""
+    """'relu', 'tanh', 'sigmoid' (the statistic the module's outputs get beyond RMS and mean), or None. An
+    activation is a leaf: a module holding others (a `ReluMLP`, a model named `DeadReLUNet`) is not one, whatever
+    its name says, and the activation functions its forward calls are read."""
+    if next(module.children(), None) is not None:
+        return None
     name = type(module).__name__.lower()
     if re.search(TANH_LIKE, name):
         return "tanh"
