@@ -283,11 +283,11 @@ class HFLogOfSoftmax(HFCausalLM):
         return torch.log(torch.softmax(super().forward(input_ids), dim=-1))
 
 
-def attention_scaled_up(vocab_size: int, length: int, arch: str = "llama") -> HFCausalLM:
+def attention_scaled_up(vocab_size: int, length: int, arch: str = "llama", d_model: int = 256) -> HFCausalLM:
     """BUG: a Hugging Face model (d_model 256, 4 heads of 64) whose attention modules scale their scores by
     sqrt(head_dim) instead of 1/sqrt(head_dim) (`self.scaling = self.head_dim ** 0.5`, as an edited copy of
     the attention class would)."""
-    model = hf(vocab_size, arch, length, d_model=256)
+    model = hf(vocab_size, arch, length, d_model=d_model)
     for module in model.modules():
         if hasattr(module, "scaling") and hasattr(module, "head_dim"):
             module.scaling = module.head_dim**0.5
@@ -457,6 +457,52 @@ class AttentionScaledUp(MiniGPT):
     the queries and keys; the small overfit still passes."""
 
     attention_class = ScoresTimesSqrtD
+
+
+class ScoresUnscaled(CausalSelfAttention):
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1)  # should be divided by math.sqrt(self.head_dim)
+
+
+class AttentionUnscaled(MiniGPT):
+    """BUG: the attention scores are not scaled: sqrt(head_dim) times too large."""
+
+    attention_class = ScoresUnscaled
+
+
+class ScoresScaledTwice(CausalSelfAttention):
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return super().scores(q, k) / math.sqrt(self.head_dim)  # the parent divides already
+
+
+class AttentionScaledTwice(MiniGPT):
+    """BUG (a WARN): the attention scores are divided by sqrt(head_dim) twice: sqrt(head_dim) times too small."""
+
+    attention_class = ScoresScaledTwice
+
+
+class QueryPrescaled(CausalSelfAttention):
+    """Correct: the queries and the keys are each scaled by head_dim ** -0.25 before their product (the keys in
+    place), which then scales q·kᵀ by 1/sqrt(head_dim)."""
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        q, k = q * self.head_dim**-0.25, k.clone()
+        k *= self.head_dim**-0.25
+        return q @ k.transpose(-2, -1)
+
+
+class AttentionQueryPrescaled(MiniGPT):
+    attention_class = QueryPrescaled
+
+
+class DeclaredTemperature(ScoresUnscaled):
+    """Correct: unscaled scores, as the module says it means them."""
+
+    attention_scale = 1.0
+
+
+class AttentionDeclaredTemperature(MiniGPT):
+    attention_class = DeclaredTemperature
 
 
 class NoAttentionResidualBlock(Block):

@@ -301,6 +301,38 @@ BUGS = [
         id="hf-gpt2-attention-scaled-up",
     ),
     pytest.param(
+        minigpt(rm.AttentionScaledUp),
+        "attention_scale",
+        FAIL,
+        ["blocks.0.attn", "scale q·kᵀ by 2.83", "multiplied by sqrt(head_dim) where it should be divided"],
+        [],
+        id="minigpt-attention-times-sqrt-d-at-its-own-size",
+    ),
+    pytest.param(
+        lambda vocab, length: rm.attention_scaled_up(vocab, length, "llama", d_model=32),
+        "attention_scale",
+        FAIL,
+        ["lm.model.layers.0.self_attn", "multiplied by sqrt(head_dim) where it should be divided"],
+        [],
+        id="hf-llama-scaling-inverted-at-its-own-size",
+    ),
+    pytest.param(
+        minigpt(rm.AttentionUnscaled),
+        "attention_scale",
+        FAIL,
+        ["blocks.0.attn", "not scaled at all"],
+        [],
+        id="minigpt-attention-unscaled",
+    ),
+    pytest.param(
+        minigpt(rm.AttentionScaledTwice),
+        "attention_scale",
+        WARN,
+        ["blocks.0.attn", "scaled twice", "attention_scale"],
+        [],
+        id="minigpt-attention-scaled-twice",
+    ),
+    pytest.param(
         minigpt(rm.NoAttentionResidual),
         "residual",
         FAIL,
@@ -384,6 +416,23 @@ def test_planted_bug_is_stopped(make, check, status, named, not_named, synthetic
     others = [other(model, batch, CFG) for other in checks.MODEL_CHECKS]
     misdirected = [f"{r.name}: {r.detail}" for r in others if r.status == FAIL and r.name not in allowed]
     assert not misdirected, "other rows FAIL too:\n" + "\n".join(misdirected)
+
+
+@pytest.mark.parametrize(
+    ("make", "read"),
+    [
+        (minigpt(rm.AttentionQueryPrescaled), "by 1/sqrt(head_dim), or as declared, in blocks.0.attn"),
+        (minigpt(rm.AttentionDeclaredTemperature), "by 1/sqrt(head_dim), or as declared, in blocks.0.attn"),
+        (CORRECT["x-transformers-qk-norm"], "by a temperature on normalized q and k in"),
+    ],
+    ids=["query-scaled-in-place-first", "declared-temperature", "qk-norm"],
+)
+def test_attention_scale_reads_the_factor_wherever_the_code_applies_it(make, read, synthetic):
+    """The factor is read from what the code computes: on the queries before their product (a view of them in
+    the product carries it), declared by the module, or a temperature over normalized queries and keys."""
+    model = build(make, synthetic)
+    result = run_check("attention_scale", model, checks.sample_batch(synthetic.train_dataset, 4))
+    assert result.status == PASS and read in result.detail, result
 
 
 def test_planted_bugs_are_each_one_change(synthetic):

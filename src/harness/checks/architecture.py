@@ -5,15 +5,22 @@ no such part (no stack of blocks, no attention, no module making the logits) the
 
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
-from harness.checks.result import FAIL, PASS, CheckResult, shown, step_settings
+from harness.checks.result import FAIL, PASS, WARN, CheckResult, shown, step_settings
+from harness.checks.score_scale import Reading, declared_scale
 from harness.checks.watched_forward import NOISE, shared_inside_pass
 
 #: a block passes its input on when its output keeps at least this share of it (x + f(x) keeps all of it: ~1,
 #: whatever f adds; f(x) alone keeps what chance gives, ~0) or points this close to it (a post-norm block,
 #: norm(x + f(x)), rescales its input and keeps its direction)
 KEPT = 0.5
+#: attention's scores are too large when the factor applied to q·kᵀ is at least this many times 1/sqrt(head_dim)
+#: (unscaled: sqrt(head_dim), 2.8 at a head width of 8; multiplied where it should be divided: head_dim), too
+#: small at most this share of it (divided twice: 1/sqrt(head_dim)); a declared scale holds within DECLARED
+TOO_LARGE, TOO_SMALL, DECLARED = 2.0, 0.5, 0.1
 #: attention is nearly one-hot when the top key's weight, measured from uniform (0) to one-hot (1), is this
 #: high on average: a correct model at init spreads its weight (0.0 to 0.1; ALiBi's steepest slopes ~0.5 at 1/key)
 ONE_HOT = 0.6
@@ -53,9 +60,12 @@ def residual(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
 
 
 def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """At initialization attention spreads each query's weight over its keys: nearly one-hot weights (a
-    saturated softmax, whose gradient to queries and keys all but vanishes) mean scores scaled far too large."""
-    found = shared_inside_pass(model, batch, cfg).attention
+    """Attention scales q·kᵀ by 1/sqrt(head_dim) before its softmax, read from what the code computes
+    (score_scale.py), or by the `attention_scale` a module declares; queries and keys of constant length (QK-norm)
+    take a temperature instead. And at initialization it spreads each query's weight over its keys: nearly one-hot
+    weights (a saturated softmax, whose gradient to queries and keys all but vanishes) mean scores far too large."""
+    inside = shared_inside_pass(model, batch, cfg)
+    found = inside.attention
     if not found:
         return CheckResult(
             "attention_scale",
@@ -76,13 +86,84 @@ def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "the scores are scaled far too large (multiplied by sqrt(head_dim) instead of divided, or not "
             "scaled), and the softmax passes almost no gradient to the queries and keys",
         )
+    wrong, small, read = scales_judged(model, inside.scales)
+    if wrong:
+        return CheckResult("attention_scale", FAIL, wrong)
     worst = max(m[0] for m in means.values())
     spread = max(m[1] for m in means.values())
     return CheckResult(
         "attention_scale",
-        PASS,
-        f"attention spreads its weight at init in {shown(means)} (the top key at most {worst:.0%} of the way "
-        f"from uniform to one-hot; the scores' std over the keys up to {spread:.3g})",
+        WARN if small else PASS,
+        small
+        or f"attention scales q·kᵀ as it should ({read}) and spreads its weight at init in {shown(means)} (the "
+        f"top key at most {worst:.0%} of the way from uniform to one-hot; the scores' std over the keys up to "
+        f"{spread:.3g})",
+    )
+
+
+def scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[str, str, str]:
+    """(a FAIL's detail, a WARN's detail, what was read) of each attention module's scale: the median over its
+    calls of the factor it applies to q·kᵀ, against 1/sqrt(head_dim) or what it declares."""
+    large, small, temperatures, kept = [], [], [], []
+    for name, readings in scales.items():
+        reading = sorted(readings, key=lambda r: r.ratio)[len(readings) // 2]
+        declared = declared_scale(model, name)
+        if declared is not None:
+            if abs(reading.factor / declared - 1) > DECLARED:
+                return (
+                    f"{name} declares attention_scale={declared:.3g} and applies {reading.factor:.3g}",
+                    "",
+                    "",
+                )
+            kept.append(name)
+        elif all(r.normalized for r in readings):
+            temperatures.append(f"{name} {reading.factor:.3g}")
+        elif reading.ratio >= TOO_LARGE:
+            large.append((name, reading))
+        elif reading.ratio <= TOO_SMALL:
+            small.append((name, reading))
+        else:
+            kept.append(name)
+    if large:
+        name, reading = max(large, key=lambda item: item[1].ratio)
+        return too_large(name, reading, [n for n, _ in large]), "", ""
+    read = "; ".join(
+        part
+        for part in (
+            f"by 1/sqrt(head_dim), or as declared, in {shown(kept)}" if kept else "",
+            f"by a temperature on normalized q and k in {shown(temperatures)}" if temperatures else "",
+        )
+        if part
+    ) or "no call's factor read"
+    if small:
+        name, reading = min(small, key=lambda item: item[1].ratio)
+        return (
+            "",
+            (
+                f"{shown(n for n, _ in small)} scale q·kᵀ by {reading.factor:.3g} ({name}), {reading.ratio:.3g} times "
+                f"1/sqrt(head_dim) = 1/sqrt({reading.width}): scores that small learn slowly (scaled twice?); a "
+                f"temperature meant so: declare `attention_scale = {reading.factor:.3g}` on the module"
+            ),
+            read,
+        )
+    return "", "", read
+
+
+def too_large(name: str, reading: Reading, names: list[str]) -> str:
+    """The detail of scores scaled too large, naming the likely mistake by the ratio found."""
+    width, ratio = reading.width, reading.ratio
+    if abs(ratio / width - 1) < DECLARED:
+        cause = "multiplied by sqrt(head_dim) where it should be divided"
+    elif abs(ratio / math.sqrt(width) - 1) < DECLARED:
+        cause = "not scaled at all"
+    else:
+        cause = "scaled by more than 1/sqrt(head_dim)"
+    return (
+        f"{shown(names)} scale q·kᵀ by {reading.factor:.3g} before the softmax ({name}), {ratio:.3g} times "
+        f"1/sqrt(head_dim) = 1/sqrt({width}) = {1 / math.sqrt(width):.3g}: the scores are {cause}, "
+        f"{ratio:.3g} times too large; the softmax saturates as the weights grow and passes little gradient to "
+        f"the queries and keys (a temperature meant so: declare `attention_scale = {reading.factor:.3g}` on the "
+        "module)"
     )
 
 

@@ -8,7 +8,7 @@
   input its output keeps.
 - Attention: every softmax over [..., time, time] scores along the keys, and every
   `scaled_dot_product_attention` call (its weights recomputed for the last queries), read before the output
-  head runs: how concentrated each query's weights are.
+  head runs: how concentrated each query's weights are, and the factor applied to q·kᵀ (score_scale.py).
 - The output head (the last module whose output has the logits' shape) with random logits of std NOISE added
   to its output, pushing every prediction to a probability of ~1: whether the logits and the loss stay finite.
 
@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from harness.checks.result import masked_loss, shared, shared_train_pass, step_settings
+from harness.checks.score_scale import Reading, ScoreScale
 from harness.data.batch import to_device, training_mode
 from harness.ops.forward_calls import SDPA_ARGS, Intercept, ModuleStack, argument
 from harness.seeding import seed_all
@@ -68,6 +69,7 @@ class Inside:
         default_factory=dict
     )  # stack: (block, kept, cos)
     attention: dict[str, Attention] = field(default_factory=dict)  # module ("forward": the model's own code)
+    scales: dict[str, list[Reading]] = field(default_factory=dict)  # module: each attention call's scale
     head: str | None = None
     logits_nonfinite: float = 0.0  # the share of the returned logits' entries that are NaN or inf
     loss: float = math.nan
@@ -205,8 +207,9 @@ class Weights:
     """The Intercept handlers that read attention weights, in the module whose forward computes them, until
     the output head runs (a softmax after it is over the vocabulary, not over keys)."""
 
-    def __init__(self, stack: ModuleStack, time: int, found: dict[str, Attention]):
-        self.stack, self.time, self.found = stack, time, found
+    def __init__(self, stack: ModuleStack, time: int, found: Inside):
+        self.stack, self.time, self.found = stack, time, found.attention
+        self.scales, self.scale = found.scales, ScoreScale(time)
         self.reading = True
 
     def stop(self, module, args) -> None:
@@ -217,6 +220,7 @@ class Weights:
         x, dim = (args[0] if args else kwargs["input"]), argument(args, kwargs, 1, "dim")
         square = isinstance(x, torch.Tensor) and x.ndim >= 3 and x.shape[-1] == x.shape[-2] == self.time
         if self.reading and square and dim in (-1, x.ndim - 1):
+            self.read_scale(self.scale.at_softmax(x))
             scores = x.detach()[..., -QUERIES:, :].float()
             allowed = scores > torch.finfo(x.dtype).min / 2  # masked keys: -inf, or the dtype's lowest value
             self.add(scores, result.detach()[..., -QUERIES:, :].float(), allowed)
@@ -225,8 +229,14 @@ class Weights:
     def attention(self, func, args, kwargs):
         result = func(*args, **kwargs)
         if self.reading:
-            self.add(*sdpa_weights({**dict(zip(SDPA_ARGS, args, strict=False)), **kwargs}))
+            values = {**dict(zip(SDPA_ARGS, args, strict=False)), **kwargs}
+            self.read_scale(self.scale.at_attention(values))
+            self.add(*sdpa_weights(values))
         return result
+
+    def read_scale(self, reading: Reading | None) -> None:
+        if reading is not None:
+            self.scales.setdefault(self.stack.current or "forward", []).append(reading)
 
     def add(self, scores: torch.Tensor, weights: torch.Tensor, allowed: torch.Tensor) -> None:
         """Accumulates the rows (the last axis: keys) with 2 or more keys allowed."""
@@ -288,8 +298,9 @@ def inside_pass(model: nn.Module, batch: dict, seed: int, loss_fn, head: str | N
     ids = batch["input_ids"]
     found = Inside(head=head)
     stack = ModuleStack(model)
-    weights = Weights(stack, ids.shape[1], found.attention)
+    weights = Weights(stack, ids.shape[1], found)
     handlers = {
+        **weights.scale.handlers,
         **dict.fromkeys(SOFTMAXES, weights.softmax),
         F.scaled_dot_product_attention: weights.attention,
     }
