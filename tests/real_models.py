@@ -505,6 +505,37 @@ class AttentionDeclaredTemperature(MiniGPT):
     attention_class = DeclaredTemperature
 
 
+class DocumentMaskedAttention(CausalSelfAttention):
+    """Causal attention within each document only: `documents` ([b, t], set by the model before each forward)
+    keeps a query from the keys of every other document."""
+
+    documents: torch.Tensor | None = None
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        scores = super().scores(q, k)
+        if self.documents is None:
+            return scores
+        same = self.documents[:, None, :, None] == self.documents[:, None, None, :]
+        return scores.masked_fill(~same, float("-inf"))
+
+
+class DocumentMaskedMiniGPT(MiniGPT):
+    """Correct for packed documents: a document's positions attend to its own earlier positions only, the
+    documents found from the end-of-text id `eos_id` in the input (as packed pretraining masks them)."""
+
+    attention_class = DocumentMaskedAttention
+
+    def __init__(self, vocab_size: int, eos_id: int = 0, **kwargs):
+        super().__init__(vocab_size, **kwargs)
+        self.eos_id = eos_id
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ends = (input_ids == self.eos_id).long()
+        for block in self.blocks:
+            block.attn.documents = ends.cumsum(dim=-1) - ends
+        return super().forward(input_ids)
+
+
 class NoAttentionResidualBlock(Block):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.attention_branch(x)  # should be x = x + self.attention_branch(x)

@@ -40,6 +40,7 @@ CHECKS = {
     "gradient_flow",
     "batch_independence",
     "causality",
+    "document_isolation",
     "word_order",
     "init_loss",
     "determinism",

@@ -10,8 +10,9 @@ They need only the contracts of docs/contracts.md, so a fork's own model or data
                         failed round trip;   splits.py   split_overlap;   loaders.py   train_loader, epoch_order
     gradients.py        gradient_flow, finite;   behaviour.py   init_loss, determinism, global_rng, twins
     leaks.py            batch_independence, causality, word_order, input_dependence (trace.py names the module)
+    documents.py        document_isolation: packed documents a batch declares stay apart
     watched_forward.py  one eval-mode forward watched from inside, which architecture.py reads: residual,
-                        attention_scale, stable_log_probs
+                        attention_scale (score_scale.py: the factor applied to q·kᵀ), stable_log_probs
     preflight.py        run_preflight: every check through pytest (preflight_tests.py), the table, the verdict rows
     sharded.py          the preflight of a model built on the meta device (trainer=fsdp, meta_init)
     started.py          the rows read as training starts: precision.py (the precision in use), rank_data.py
@@ -21,6 +22,7 @@ from harness.checks.architecture import attention_scale, residual, stable_log_pr
 from harness.checks.batch_format import batch_format, ids_in_range, sample_rows
 from harness.checks.behaviour import determinism, global_rng, init_loss, twins
 from harness.checks.data_reads import DataReads
+from harness.checks.documents import document_isolation
 from harness.checks.gradients import finite, gradient_flow
 from harness.checks.leaks import batch_independence, causality, input_dependence, word_order
 from harness.checks.loaders import epoch_order, train_loader
@@ -34,6 +36,7 @@ MODEL_CHECKS = (
     gradient_flow,
     batch_independence,
     causality,
+    document_isolation,
     word_order,
     init_loss,
     determinism,
@@ -77,6 +80,7 @@ __all__ = [
     "causality",
     "data_roundtrip",
     "determinism",
+    "document_isolation",
     "finite",
     "global_rng",
     "gradient_flow",

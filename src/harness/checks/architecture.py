@@ -127,14 +127,9 @@ def scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[s
     if large:
         name, reading = max(large, key=lambda item: item[1].ratio)
         return too_large(name, reading, [n for n, _ in large]), "", ""
-    read = "; ".join(
-        part
-        for part in (
-            f"by 1/sqrt(head_dim), or as declared, in {shown(kept)}" if kept else "",
-            f"by a temperature on normalized q and k in {shown(temperatures)}" if temperatures else "",
-        )
-        if part
-    ) or "no call's factor read"
+    parts = [f"by 1/sqrt(head_dim), or as declared, in {shown(kept)}"] if kept else []
+    parts += [f"by a temperature on normalized q and k in {shown(temperatures)}"] if temperatures else []
+    read = "; ".join(parts) or "no call's factor read"
     if small:
         name, reading = min(small, key=lambda item: item[1].ratio)
         return (
