@@ -140,6 +140,16 @@ class DeadReLUNet(nn.Module):
         return self.head(x + torch.relu(self.linear(x)))
 
 
+def saturated_rnn(vocab_size: int, d_model: int = 32, scale: float = 30.0, **_):
+    """The built-in tanh RNN, its input weights `scale` times too large: its recurrence sits at -1 and 1."""
+    from harness.models import RNN
+
+    model = RNN(vocab_size, d_model=d_model)
+    with torch.no_grad():
+        model.recurrence.weight_ih_l0.mul_(scale)
+    return model
+
+
 def gpt2_mlp_with_tanh(self, hidden_states: torch.Tensor) -> torch.Tensor:
     """GPT2MLP.forward with its activation module replaced by torch.tanh called in place."""
     return self.dropout(self.c_proj(torch.tanh(self.c_fc(hidden_states))))

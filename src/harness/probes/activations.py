@@ -11,7 +11,8 @@ mean, and by the module's kind:
     sigmoid-like (Sigmoid, ...)         act/<module>/saturated   the fraction with y < 0.03 or y > 0.97
 
 The kind is read from the module's class name, so third-party activations (transformers' NewGELUActivation,
-x-transformers' ReLUSquared) count too. An activation called as a function in a forward (`torch.relu`,
+x-transformers' ReLUSquared) count too; a module that holds others is none, whatever its name; torch's nn.RNN
+counts by its nonlinearity (its output sequence is the tanh's, or the ReLU's). An activation called as a function in a forward (`torch.relu`,
 `F.gelu`, `x.tanh()`, `torch.sigmoid`, ...: FUNCTIONS) has no module: a TorchFunctionMode (harness.ops.forward_calls) sees
 those calls and logs them under the module whose forward made them, `act/<module>/<function>/...`
 (`act/forward/<function>/...` for the model's own forward); an activation module's own call is not counted
@@ -75,6 +76,8 @@ def kind_of(module: nn.Module) -> str | None:
     """'relu', 'tanh', 'sigmoid' (the statistic the module's outputs get beyond RMS and mean), or None. An
     activation is a leaf: a module holding others (a `ReluMLP`, a model named `DeadReLUNet`) is not one, whatever
     its name says, and the activation functions its forward calls are read."""
+    if isinstance(module, nn.RNN):  # its output sequence is its nonlinearity's: tanh(...) or relu(...)
+        return "tanh" if module.nonlinearity == "tanh" else "relu"
     if next(module.children(), None) is not None:
         return None
     name = type(module).__name__.lower()
@@ -214,6 +217,8 @@ class Activations(Probe):
         return hook
 
     def record(self, name: str, kind: str | None, output) -> None:
+        if kind is not None and isinstance(output, tuple):  # nn.RNN: (the output sequence, the last state)
+            output = output[0]
         # in a module's hook the mode is on: the probe's own tensor calls need not pass through it
         with torch_function_off():
             if isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel():

@@ -34,9 +34,9 @@ class Limits:
     explode_jump: float = 100.0
     explode_growth: float = 100.0
     explode_norm: float = 1000.0
-    dead_fraction: float = 0.99
-    dead_units: float = 0.5
-    saturated_fraction: float = 0.9
+    dead_fraction: float = 0.9
+    dead_units: float = 0.25
+    saturated_fraction: float = 0.6
     spike_factor: float = 2.0
     spike_min: float = 0.1
     spikes: int = 2
