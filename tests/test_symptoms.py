@@ -513,6 +513,39 @@ def test_activation_functions_are_read_where_they_are_called():
     assert not torch.overrides._get_current_function_mode_stack(), "a mode left on"
 
 
+#: every way a forward calls an activation -> the key it is read under (`act/net/<key>/...`) and its statistic
+CALLED = {
+    "torch.relu": (torch.relu, "relu", "zero_frac"),
+    "F.relu": (F.relu, "relu", "zero_frac"),
+    "F.relu inplace": (lambda x: F.relu(x, inplace=True), "relu", "zero_frac"),
+    "x.relu()": (lambda x: x.relu(), "relu", "zero_frac"),
+    "x.relu_()": (lambda x: x.relu_(), "relu", "zero_frac"),
+    "F.gelu": (F.gelu, "gelu", "dead_frac"),
+    "F.gelu tanh": (lambda x: F.gelu(x, approximate="tanh"), "gelu", "dead_frac"),
+    "F.silu": (F.silu, "silu", "dead_frac"),
+    "F.leaky_relu": (F.leaky_relu, "leaky_relu", "dead_frac"),
+    "torch.tanh": (torch.tanh, "tanh", "saturated"),
+    "F.tanh": (F.tanh, "tanh", "saturated"),
+    "x.tanh()": (lambda x: x.tanh(), "tanh", "saturated"),
+    "torch.sigmoid": (torch.sigmoid, "sigmoid", "saturated"),
+    "F.sigmoid": (F.sigmoid, "sigmoid", "saturated"),
+    "x.sigmoid()": (lambda x: x.sigmoid(), "sigmoid", "saturated"),
+    "torch.special.expit": (torch.special.expit, "sigmoid", "saturated"),
+}
+
+
+@pytest.mark.parametrize("form", list(CALLED))
+def test_an_activation_is_read_however_the_forward_calls_it(form):
+    from tests.sick_models import Layer, Stack
+
+    function, key, statistic = CALLED[form]
+    torch.manual_seed(0)
+    model = Stack(12, 8, nn.Sequential())
+    model.net = Layer(8, function)
+    rows, _ = activation_rows(model, every=1, steps=1)
+    assert f"act/net/{key}/{statistic}" in rows[0], sorted(k for k in rows[0] if k.startswith("act/net"))
+
+
 class TanhFromItsThirdForward(nn.Module):
     """Activation modules only (a ReLU, whose own F.relu is its hook's), until its third training forward: from
     then on its forward calls torch.tanh too (a path a flag opens)."""

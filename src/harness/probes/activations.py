@@ -59,7 +59,8 @@ FUNCTIONS = {
     F.hardtanh: ("hardtanh", "tanh"),
     F.softsign: ("softsign", "tanh"),
     **dict.fromkeys(
-        (torch.sigmoid, torch.sigmoid_, torch.Tensor.sigmoid, torch.Tensor.sigmoid_), ("sigmoid", "sigmoid")
+        (torch.sigmoid, torch.sigmoid_, torch.Tensor.sigmoid, torch.Tensor.sigmoid_, torch.special.expit),
+        ("sigmoid", "sigmoid"),
     ),
     F.hardsigmoid: ("hardsigmoid", "sigmoid"),
 }
