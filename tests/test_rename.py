@@ -148,4 +148,4 @@ def test_renamed_copy_passes_its_tests_and_trains(renamed, fork_env, tmp_path):
     assert trained.returncode == 0, trained.stderr[-3000:]
     verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
     assert verdict["status"] == "PASS" and verdict["checks"], verdict
-    assert f"[{NEW}.train.run]" in trained.stdout + trained.stderr, "the log names the renamed package"
+    assert f"[{NEW}.tasks.training]" in trained.stdout + trained.stderr, "the log names the renamed package"

@@ -222,7 +222,7 @@ def test_interrupted_job_run_again_in_its_dir_resumes_last_ckpt_and_wandb_run(
 ):
     """What a requeued SLURM job does: stopped by SIGUSR2 (INTERRUPTED, last.ckpt), then the same job in the same
     run dir continues from that checkpoint (no step trained twice) and logs to the same wandb and MLflow runs."""
-    from harness.train import full as modes
+    from harness.train import full_run as modes
 
     callbacks = modes.Full.callbacks
     once = [SignalAt(step=4)]
