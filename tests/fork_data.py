@@ -229,11 +229,12 @@ class PaddedLM(ForkData):
     record(i) is the example's real tokens decoded, specials by name ("<bos>Jump!<eos>"; a cut one has no <eos>)."""
 
     specials = ("<pad>", "<bos>", "<eos>")
+    tokenizer_class = SpecialsTokenizer
 
     def build(self) -> None:
         documents = list(DOCUMENTS)
         random.Random(self.seed).shuffle(documents)
-        self.tokenizer = SpecialsTokenizer(alphabet(documents), self.specials)
+        self.tokenizer = self.tokenizer_class(alphabet(documents), self.specials)
         cut = int(0.8 * len(documents))
         self.train_dataset, self.val_dataset = (
             self.documents(documents[:cut]),
@@ -910,6 +911,140 @@ class Int32Targets(FixedClassification):
         return {k: v.int() if k != "loss_mask" else v for k, v in batch.items()}
 
 
+# ---------------------------------------------------------------- records that hold their padding, and the special
+# tokens fine-tuning gets wrong (a BOS added twice, an end of text masked with the padding or left out): correct or
+# with one mistake each
+
+
+class PaddedRecordsLM(PaddedLM):
+    """Every example padded to length + 1 when read, on `side`, with `pad_token()`; record(i) is the whole row
+    decoded, its padding included ("<bos>Jump!<eos><pad><pad>..."). The padding is out of the loss."""
+
+    side, room = "right", 0  # room: tokens a document is cut short of the row by, before the padding
+
+    def pad_token(self) -> int:
+        return self.tokenizer.pad_id
+
+    def documents(self, documents: list[str]) -> Examples:
+        examples = super().documents(documents)
+        examples.items = [self.padded(row[: self.length + 1 - self.room]) for row in examples.items]
+        examples.records = [{"text": self.tokenizer.decode(item["ids"].tolist())} for item in examples.items]
+        return examples
+
+    def padded(self, row: torch.Tensor) -> dict:
+        room = self.length + 1 - len(row)
+        sides = (room, 0) if self.side == "left" else (0, room)
+        real = torch.ones_like(row, dtype=torch.bool)
+        return {"ids": F.pad(row, sides, value=self.pad_token()), "real": F.pad(real, sides, value=False)}
+
+    def collate(self, items: list[dict]) -> dict:
+        ids, real = (torch.stack([item[key] for item in items]) for key in ("ids", "real"))
+        return {"input_ids": ids[:, :-1], "targets": ids[:, 1:], "loss_mask": real[:, 1:]}
+
+
+class CutThenPaddedLM(PaddedRecordsLM):
+    """Documents cut 3 tokens short of the row, then every row padded to length + 1 (as padding to a round size
+    does): a cut document is padded too, and ends without its <eos>, as a cut one does."""
+
+    room = 3
+
+
+class LeftPaddedRecordsLM(PaddedRecordsLM):
+    """Padding on the left (as for generation), in the records too ("<pad><pad><bos>Jump!<eos>")."""
+
+    side = "left"
+
+
+class EosPaddedRecordsLM(PaddedRecordsLM):
+    """GPT-2's habit, in the records too: no pad token, padded by <eos>; each text's closing <eos> in the loss."""
+
+    specials = ("<bos>", "<eos>")
+
+    def pad_token(self) -> int:
+        return self.tokenizer.eos_id
+
+
+class HFEosPadLM(EosPaddedRecordsLM):
+    """Hugging Face's `pad_token = eos_token`: pad_token_id is the <eos> id; the first <eos> after each text is in the
+    loss, the padding after it is not; every target outside the mask -100."""
+
+    def build(self) -> None:
+        super().build()
+        self.tokenizer = HFStyleTokenizer(self.tokenizer.tokens[2:], self.specials)
+        self.tokenizer.pad_token_id = self.tokenizer.eos_id
+
+    def collate(self, items: list[dict]) -> dict:
+        batch = super().collate(items)
+        batch["targets"] = batch["targets"].masked_fill(~batch["loss_mask"], -100)
+        return batch
+
+
+class EosMaskedAsPadLM(HFEosPadLM):
+    """BUG: the pad id is the <eos> id and the mask is `targets != pad_token_id`: every <eos>, the one that closes
+    each text too, is out of the loss, so the model never learns to stop."""
+
+    def collate(self, items: list[dict]) -> dict:
+        batch = PaddedRecordsLM.collate(self, items)
+        batch["loss_mask"] = batch["targets"] != self.tokenizer.pad_token_id
+        batch["targets"] = batch["targets"].masked_fill(~batch["loss_mask"], -100)
+        return batch
+
+
+class PadCountedRecordsLM(PaddedRecordsLM):
+    """BUG: the loss mask is all True, so predicting <pad> after the text is counted (the records hold the padding)."""
+
+    def collate(self, items: list[dict]) -> dict:
+        batch = super().collate(items)
+        batch["loss_mask"] = torch.ones_like(batch["input_ids"], dtype=torch.bool)
+        return batch
+
+
+class SpacedTokenizer:
+    """Decodes with a space between tokens, as tokenizers that write special tokens apart do ("[CLS] hi [PAD]")."""
+
+    vocab_size, pad_id, bos_id, eos_id = 5, 0, 1, 2
+    tokens = ("[PAD]", "[CLS]", "[SEP]", "hi", "yo")
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(self.tokens[i] for i in ids)
+
+
+class AddsBosTokenizer(SpecialsTokenizer):
+    """A tokenizer whose encode adds <bos> itself (Hugging Face's add_special_tokens=True)."""
+
+    def encode(self, text: str) -> list[int]:
+        return [self.bos_id, *super().encode(text)]
+
+
+class DoubledBosLM(PaddedLM):
+    """BUG: the tokenizer's encode adds <bos> and the template adds its own: every example starts <bos><bos>."""
+
+    tokenizer_class = AddsBosTokenizer
+
+
+class EosSometimesLM(PaddedLM):
+    """BUG: the template appends <eos> only after a full stop (`if text.endswith(".")`): the texts that end in "!" or
+    "?" never end, while every other one does."""
+
+    def documents(self, documents: list[str]) -> Examples:
+        tok = self.tokenizer
+        rows = [
+            ([tok.bos_id, *tok.encode(d)] + ([tok.eos_id] if d.endswith(".") else []))[: self.length + 1]
+            for d in documents
+        ]
+        return Examples([{"text": tok.decode(row)} for row in rows], [torch.tensor(row) for row in rows])
+
+
+class NoEosLM(PaddedLM):
+    """Padded documents that never end: no <eos> is appended (a tokenizer that adds only a BOS, as Llama's does by
+    default). Doubtful rather than wrong, as examples never meant to end are (a WARN, so not in BUGGY)."""
+
+    def documents(self, documents: list[str]) -> Examples:
+        tok = self.tokenizer
+        rows = [[tok.bos_id, *tok.encode(d)][: self.length + 1] for d in documents]
+        return Examples([{"text": tok.decode(row)} for row in rows], [torch.tensor(row) for row in rows])
+
+
 CORRECT = {
     cls.__name__: cls
     for cls in (
@@ -926,6 +1061,11 @@ CORRECT = {
         MappingBatches,
         NumpyVocabSize,
         TinyIIDLM,
+        PaddedRecordsLM,
+        CutThenPaddedLM,
+        LeftPaddedRecordsLM,
+        EosPaddedRecordsLM,
+        HFEosPadLM,
     )
 }
 BUGGY = {
@@ -953,6 +1093,10 @@ BUGGY = {
         EosNotLearnedLM,
         EmptyValLoader,
         Int32Targets,
+        PadCountedRecordsLM,
+        EosMaskedAsPadLM,
+        DoubledBosLM,
+        EosSometimesLM,
     )
 }
 

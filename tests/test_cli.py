@@ -33,6 +33,7 @@ CHECKS = {
     "ids_in_range",
     "loss_mask",
     "data_roundtrip",
+    "special_tokens",
     "split_overlap",
     "train_loader",
     "epoch_order",

@@ -7,7 +7,8 @@ They need only the contracts of docs/contracts.md, so a fork's own model or data
     batch_format.py     batch_format and ids_in_range (a Batch's keys, shapes and ids); sample_rows, the batch
                         the model checks run on, and why it may be unusable
     mask.py             loss_mask;   roundtrip.py   data_roundtrip, static_batches;   diagnose.py   the cause of a
-                        failed round trip;   splits.py   split_overlap;   loaders.py   train_loader, epoch_order
+                        failed round trip;   special_tokens.py   special_tokens (BOS, end of text);
+                        splits.py   split_overlap;   loaders.py   train_loader, epoch_order
     gradients.py        gradient_flow, finite;   behaviour.py   init_loss, determinism, global_rng, twins
     leaks.py            batch_independence, causality, word_order, input_dependence (trace.py names the module)
     documents.py        document_isolation: packed documents a batch declares stay apart
@@ -29,6 +30,7 @@ from harness.checks.loaders import epoch_order, train_loader
 from harness.checks.mask import loss_mask
 from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult, sample_batch
 from harness.checks.roundtrip import data_roundtrip, static_batches
+from harness.checks.special_tokens import special_tokens
 from harness.checks.splits import split_overlap
 
 #: every built-in check, in the order the preflight table shows them
@@ -53,6 +55,7 @@ DATA_CHECKS = (
     ids_in_range,
     loss_mask,
     data_roundtrip,
+    special_tokens,
     split_overlap,
     train_loader,
     epoch_order,
@@ -68,6 +71,7 @@ __all__ = [
     "ids_in_range",
     "loss_mask",
     "sample_rows",
+    "special_tokens",
     "split_overlap",
     "train_loader",
     "epoch_order",

@@ -2,14 +2,19 @@
 equal to the inputs or shifted by k, the label inside the input, a time-major layout, another vocabulary, a row
 that holds another example. The round trip (harness.checks.roundtrip) asks; each cause is one function of the batch.
 
-A row is one example of a Batch: input_ids [time], targets [time], loss_mask [time]."""
+A row is one example of a Batch: input_ids [time], targets [time], loss_mask [time]. A row and its source are
+compared with the padding around each text treated alike (`Padding`): a record(i) that holds its padding and a
+row read without it (or the other way round) are the same example."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+
+from harness.checks.batch_format import special_ids
 
 #: the shifts of targets against inputs tried (1 is language modelling's)
 SHIFTS = (0, 1, 2, 3, -1, -2)
@@ -39,6 +44,53 @@ def unpadded(ids: list[int], pads: set[int], specials: set[int]) -> list[int]:
     while end - start >= 2 and ids[end - 1] in specials and ids[end - 2] == ids[end - 1]:
         end -= 1
     return ids[start:end]
+
+
+@dataclass(frozen=True)
+class Padding:
+    """The padding around a text, as decoded text: `marks`, the text of each pad id other than the end of text
+    (cut from either end); `eos`, the end of text's where the tokenizer pads with it (its pad id, or no pad id
+    declared: a run at the end cut to one, the first closing the text, and a run at the start cut away);
+    `joiner`, what decode puts between two special tokens ("" or a space)."""
+
+    marks: tuple[str, ...] = ()
+    eos: str | None = None
+    joiner: str = ""
+
+    def cut(self, text: str) -> str:
+        """`text` without the padding around it: applied to a row and to its source alike."""
+        lead = (*self.marks, self.eos) if self.eos else self.marks
+        closing = self.eos + self.joiner + self.eos if self.eos else None
+        while True:
+            before = text
+            for mark in lead:
+                if text.startswith(mark):
+                    text = text[len(mark) :].removeprefix(self.joiner)
+            for mark in self.marks:
+                if text.endswith(mark):
+                    text = text[: -len(mark)].removesuffix(self.joiner)
+            if closing and text.endswith(closing):
+                text = text[: -len(self.joiner + self.eos)]
+            if text == before:
+                return text
+
+
+def joiner_of(tokenizer, token: int, text: str) -> str:
+    """What `tokenizer` puts between two `token`s (whose text is `text`) when it decodes them: "" or whitespace."""
+    twice = decoded(tokenizer, [token, token]) or ""
+    between = twice[len(text) : len(twice) - len(text)]
+    return between if twice.startswith(text) and twice.endswith(text) and between.isspace() else ""
+
+
+def padding_of(tokenizer, pads: set[int]) -> Padding:
+    """The padding `tokenizer` pads with (`pads`: its pad ids, harness.checks.batch_format.pad_ids), as text."""
+    eos = special_ids(tokenizer).get("eos_id")
+    texts = {i: decoded(tokenizer, [i]) for i in pads | ({eos} if eos is not None else set())}
+    marks = tuple(sorted({texts[i] for i in pads if i != eos and texts[i]}, key=len, reverse=True))
+    closing = texts.get(eos) if eos is not None and (eos in pads or not pads) else None
+    token = next((i for i in pads if i != eos and texts[i]), eos if closing else None)
+    joiner = joiner_of(tokenizer, token, texts[token]) if token is not None else ""
+    return Padding(marks, closing or None, joiner)
 
 
 def is_classification(record, tokenizer) -> bool:
@@ -100,12 +152,22 @@ def sources(record: dict, tokenizer, classify: bool) -> list[dict]:
     return out
 
 
+def unpadded_text(record: dict, padding: Padding) -> dict:
+    """`record` (a reading or a source) with the padding around its text cut away."""
+    text = record.get("text")
+    return {**record, "text": padding.cut(text)} if isinstance(text, str) else record
+
+
 def agrees(row: dict, record: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
-    wanted = sources(record, tokenizer, classify)
-    return any(got in wanted for got in readings(row, tokenizer, classify, pads, specials))
+    """Whether `row` decodes to `record`, the padding around each text treated alike on both sides."""
+    padding = padding_of(tokenizer, pads)
+    wanted = [unpadded_text(s, padding) for s in sources(record, tokenizer, classify)]
+    return any(
+        unpadded_text(got, padding) in wanted for got in readings(row, tokenizer, classify, pads, specials)
+    )
 
 
-def mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool, **_) -> str | None:
+def mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool, pads, **_) -> str | None:
     """Language modelling whose loss mask stops before the example ends: its last targets are never learned (the
     end of text left out of the mask, say)."""
     record = records[row]
@@ -115,10 +177,14 @@ def mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool, 
     masked = [t for t, keep in enumerate(mask) if keep]
     if not masked:
         return None
-    end, wanted = masked[-1] + 1, {s["text"] for s in sources(record, tokenizer, False)}
+    padding = padding_of(tokenizer, pads)
+    end, wanted = masked[-1] + 1, {padding.cut(s["text"]) for s in sources(record, tokenizer, False)}
     for k in (1, 2):
         tail = targets[end : end + k]
-        if len(tail) == k and decoded(tokenizer, ids[:end] + targets[end - 1 : end] + tail) in wanted:
+        if any(i < 0 for i in tail):  # no id there (-100): the inputs hold the same tokens one position on
+            tail = ids[end + 1 : end + 1 + k]
+        longer = decoded(tokenizer, ids[:end] + targets[end - 1 : end] + tail) if len(tail) == k else None
+        if longer is not None and padding.cut(longer) in wanted:
             return (
                 f"the loss mask ends {k} position{'s' * (k > 1)} before the example does: its last target "
                 f"{decoded(tokenizer, tail)!r} is never learned (the end of text left out of the mask?); mask every "

@@ -11,7 +11,17 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from harness.checks.batch_format import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
 from harness.checks.data_reads import SPLITS, reads
-from harness.checks.diagnose import account, agrees, diagnose, is_classification, quoted, readings, time_major
+from harness.checks.diagnose import (
+    account,
+    agrees,
+    diagnose,
+    is_classification,
+    padding_of,
+    quoted,
+    readings,
+    time_major,
+    unpadded_text,
+)
 from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult
 from harness.data.batch import indexable
 
@@ -99,13 +109,22 @@ def split_roundtrip(data, split: str, batch, indices: list[int]) -> CheckResult 
                 tokenizer=tokenizer, classify=classify, pads=pads, specials=specials, rows=len(indices)
             )
             cause = diagnose(batch, row, index, records, lambda j: record_of(source, j), **context)
-            got = (readings(one, tokenizer, classify, pads, specials) or [{"text": "(no token it decodes)"}])[
-                0
-            ]
-            told = account(got, record) if record is not None else f"record({index}) does not exist"
             fix = cause or "check how each text is encoded and cut into input_ids and targets"
-            return CheckResult("data_roundtrip", FAIL, f"{split} example {index}: {told}; {fix}")
+            return CheckResult(
+                "data_roundtrip",
+                FAIL,
+                f"{split} example {index}: {told(one, record, index, **context)}; {fix}",
+            )
     return checked
+
+
+def told(row: dict, record: dict | None, index: int, tokenizer, classify: bool, pads, specials, **_) -> str:
+    """Where a row and its source first differ, both quoted without the padding around their text."""
+    if record is None:
+        return f"record({index}) does not exist"
+    got = (readings(row, tokenizer, classify, pads, specials) or [{"text": "(no token it decodes)"}])[0]
+    padding = padding_of(tokenizer, pads)
+    return account(unpadded_text(got, padding), unpadded_text(record, padding))
 
 
 def found_in(source, row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
