@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,20 @@ def test_no_model_summary_callback_means_no_summary(make_config, tmp_path):
     assert not [c for c in without.callbacks if isinstance(c, ModelSummary)]
     with_one = build_trainer(cfg, tmp_path, callbacks=[ModelSummary()], loggers=[])
     assert len([c for c in with_one.callbacks if isinstance(c, ModelSummary)]) == 1
+
+
+def test_the_config_composes_wherever_hydra_starts_without_importing_the_harness_first(tmp_path):
+    """The schema the defaults start from is registered by Hydra's own plugin scan (hydra_plugins.harness_schema):
+    a notebook or a benchmark that composes conf/ needs no import of the harness, and gets none of its heavy parts."""
+    from tests.conftest import run_command
+
+    probe = (
+        "import sys\nfrom hydra import compose, initialize_config_dir\n"
+        f"with initialize_config_dir(config_dir={str(CONF)!r}, version_base='1.3'):\n"
+        "    cfg = compose(config_name='train', overrides=['mode=full'])\n"
+        "print(cfg.mode.name, cfg.mode.val_every, sorted(m for m in ('torch', 'harness.tasks') if m in sys.modules))"
+    )
+    result = run_command(sys.executable, "-c", probe, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    name, _, heavy = result.stdout.strip().partition(" ")
+    assert name == "full" and heavy.endswith("[]"), result.stdout

@@ -1,7 +1,7 @@
 """The config: its schema, a node built with one-line errors, a Hydra error in one line, the config drawn.
 
-    schema.py    a typed config per mode, registered (on import of this package) before any composition:
-                 conf/train.yaml's defaults start from it
+    schema.py    a typed config per mode, registered as Hydra starts (hydra_plugins.harness_schema) before any
+                 composition: conf/train.yaml's defaults start from it
     build.py     `build`: a node instantiated, a library's refusal named by its key
     explain.py   a Hydra error (an unknown key, a missing option) in one line
     extras.py    the launcher's and sweeper's extras, checked before a job is queued
@@ -11,8 +11,5 @@ Nothing here imports torch: the command line validates every job's config before
 across parts, and the trial build, are the tasks' (harness.tasks.validate, harness.tasks.try_build)."""
 
 from harness.config.build import build
-from harness.config.schema import register
-
-register()
 
 __all__ = ["build"]

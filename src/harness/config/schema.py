@@ -95,8 +95,9 @@ class Train:
 
 def register() -> None:
     """Put the schemas where the config's defaults look for them: train_schema (conf/train.yaml) and one
-    `<mode>_schema` in the mode group for each mode (conf/mode/<mode>.yaml). Idempotent; harness/__init__ calls
-    it, so anything that composes this config (train.py, tests, benchmarks, a launcher's job) has them."""
+    `<mode>_schema` in the mode group for each mode (conf/mode/<mode>.yaml). Idempotent; the hydra_plugins package
+    calls it (hydra_plugins.harness_schema) as Hydra starts, so anything that composes this config (train.py,
+    tests, benchmarks, a launcher's job) has them."""
     store = ConfigStore.instance()
     store.store(name="train_schema", node=Train)
     for name, (schema, _) in MODES.items():
