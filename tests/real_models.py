@@ -73,17 +73,25 @@ class CausalSelfAttention(nn.Module):
         """Attention weights [b, h, query, key]: a softmax over the keys."""
         return F.softmax(scores, dim=-1)
 
+    #: what the causal mask fills the scores with (-inf; older code fills -1e9 or -1e4)
+    fill = float("-inf")
+
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """[b, h, query, key]: q . k / sqrt(d)"""
         return (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+
+    def before_rope(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k as the heads split them, before the rotary embedding: as they are."""
+        return q, k
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]
         q, k, v = self.qkv(x).split(x.shape[-1], dim=2)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        q, k = self.before_rope(q, k)
         if self.rope:
             q, k = apply_rope(q, self.cos, self.sin), apply_rope(k, self.cos, self.sin)
-        scores = self.scores(q, k).masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
+        scores = self.scores(q, k).masked_fill(~self.mask[:, :, :t, :t], self.fill)
         weights = self.attn_dropout(self.normalize(scores))
         return self.resid_dropout(self.proj(self.merge_heads(weights @ v)))
 
@@ -534,6 +542,60 @@ class DocumentMaskedMiniGPT(MiniGPT):
         for block in self.blocks:
             block.attn.documents = ends.cumsum(dim=-1) - ends
         return super().forward(input_ids)
+
+
+class QueryScaledBeforeRotary(ScoresUnscaled):
+    """Correct: the queries scaled by 1/sqrt(head_dim) before the rotary embedding turns them (PaLM's order)."""
+
+    def before_rope(self, q, k):
+        return q * self.head_dim**-0.5, k
+
+
+class QueryScaledInPlaceOnFusedView(ScoresUnscaled):
+    """Correct: q and k views of one fused tensor, q scaled in place (k, beside it in the same storage, is not)."""
+
+    def before_rope(self, q, k):
+        fused = torch.stack((q, k))
+        q, k = fused[0], fused[1]
+        q.mul_(self.head_dim**-0.5)
+        return q, k
+
+
+class ScoresScaledInPlace(CausalSelfAttention):
+    """Correct: the product divided in place after it is made."""
+
+    def scores(self, q, k):
+        scores = q @ k.transpose(-2, -1)
+        scores /= math.sqrt(self.head_dim)
+        return scores
+
+
+class ScoresBySum(CausalSelfAttention):
+    """Correct: q·kᵀ as a broadcast product summed over the width, no torch product to read its factor from."""
+
+    def scores(self, q, k):
+        return (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / math.sqrt(self.head_dim)
+
+
+class FiniteMaskFill(CausalSelfAttention):
+    """Correct: the causal mask fills -1e9, as older code does, not -inf."""
+
+    fill = -1e9
+
+
+class UnscaledFiniteMaskFill(ScoresUnscaled):
+    fill = -1e9
+
+
+class AttentionUnscaledFiniteMask(MiniGPT):
+    """BUG: unscaled scores behind a mask filled with -1e9."""
+
+    attention_class = UnscaledFiniteMaskFill
+
+
+def with_attention(cls: type[CausalSelfAttention]) -> type[MiniGPT]:
+    """A MiniGPT whose attention is `cls`."""
+    return type(f"MiniGPT{cls.__name__}", (MiniGPT,), {"attention_class": cls})
 
 
 class NoAttentionResidualBlock(Block):

@@ -325,6 +325,14 @@ BUGS = [
         id="minigpt-attention-unscaled",
     ),
     pytest.param(
+        minigpt(rm.AttentionUnscaledFiniteMask),
+        "attention_scale",
+        FAIL,
+        ["blocks.0.attn", "not scaled at all"],
+        [],
+        id="minigpt-attention-unscaled-behind-a-finite-mask",
+    ),
+    pytest.param(
         minigpt(rm.AttentionScaledTwice),
         "attention_scale",
         WARN,
@@ -424,8 +432,30 @@ def test_planted_bug_is_stopped(make, check, status, named, not_named, synthetic
         (minigpt(rm.AttentionQueryPrescaled), "by 1/sqrt(head_dim), or as declared, in blocks.0.attn"),
         (minigpt(rm.AttentionDeclaredTemperature), "by 1/sqrt(head_dim), or as declared, in blocks.0.attn"),
         (CORRECT["x-transformers-qk-norm"], "by a temperature on normalized q and k in"),
+        (
+            lambda vocab, length: rm.XDecoder(vocab, max_len=length, attn_qk_norm=True, attn_dim_head=length),
+            "by a temperature on normalized q and k in",
+        ),
+        (
+            minigpt(rm.with_attention(rm.QueryScaledBeforeRotary), positions="rope"),
+            "by 1/sqrt(head_dim), or as declared, in blocks.0.attn",
+        ),
+        (minigpt(rm.with_attention(rm.QueryScaledInPlaceOnFusedView)), "or as declared, in blocks.0.attn"),
+        (minigpt(rm.with_attention(rm.ScoresScaledInPlace)), "or as declared, in blocks.0.attn"),
+        (minigpt(rm.with_attention(rm.FiniteMaskFill)), "or as declared, in blocks.0.attn"),
+        (minigpt(rm.with_attention(rm.ScoresBySum)), "the factor applied to q·kᵀ was not read"),
     ],
-    ids=["query-scaled-in-place-first", "declared-temperature", "qk-norm"],
+    ids=[
+        "query-scaled-in-place-first",
+        "declared-temperature",
+        "qk-norm",
+        "qk-norm-head-width-equal-to-length",
+        "query-scaled-before-rotary",
+        "query-scaled-in-place-on-a-fused-view",
+        "scores-scaled-in-place",
+        "mask-filled-with-minus-1e9",
+        "scores-summed-not-read",
+    ],
 )
 def test_attention_scale_reads_the_factor_wherever_the_code_applies_it(make, read, synthetic):
     """The factor is read from what the code computes: on the queries before their product (a view of them in

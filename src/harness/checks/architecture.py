@@ -95,9 +95,8 @@ def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         "attention_scale",
         WARN if small else PASS,
         small
-        or f"attention scales q·kᵀ as it should ({read}) and spreads its weight at init in {shown(means)} (the "
-        f"top key at most {worst:.0%} of the way from uniform to one-hot; the scores' std over the keys up to "
-        f"{spread:.3g})",
+        or f"{read}; attention spreads its weight at init in {shown(means)} (the top key at most {worst:.0%} of "
+        f"the way from uniform to one-hot; the scores' std over the keys up to {spread:.3g})",
     )
 
 
@@ -129,7 +128,11 @@ def scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[s
         return too_large(name, reading, [n for n, _ in large]), "", ""
     parts = [f"by 1/sqrt(head_dim), or as declared, in {shown(kept)}"] if kept else []
     parts += [f"by a temperature on normalized q and k in {shown(temperatures)}"] if temperatures else []
-    read = "; ".join(parts) or "no call's factor read"
+    read = (
+        f"attention scales q·kᵀ as it should ({'; '.join(parts)})"
+        if parts
+        else "the factor applied to q·kᵀ was not read (no torch product of q and k, or one batch example)"
+    )
     if small:
         name, reading = min(small, key=lambda item: item[1].ratio)
         return (

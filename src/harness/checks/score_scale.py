@@ -3,16 +3,18 @@
 
 Three kinds of torch calls are followed, by the Intercept of that forward:
 
-- a tensor multiplied or divided by a number (`q * scale`, `k / math.sqrt(d)`, in place too): the factor is
-  kept for the tensor's storage, so that a view of it (`k.transpose(-2, -1)`) carries it into a product;
+- a tensor multiplied or divided by a number (`q * scale`, `k / math.sqrt(d)`, in place too): the tensor carries
+  the factor, and so do its views (`k.transpose(-2, -1)`, a slice) and what elementwise arithmetic makes of it
+  while the factor stays one (rotary embeddings: `q * cos + rotate_half(q) * sin`; a copy, a cast);
 - a product whose result is square over the positions ([..., time, time]: `q @ kᵀ`, matmul, bmm, baddbmm's
   alpha, einsum): its operands' factors and their inner width d (the head's width);
-- at the softmax over such scores: the factor between the scores it is given and the product, fitted on the
-  differences between the batch's examples, where an additive mask or position bias (causal -inf, ALiBi),
-  the same for every example, cancels. scaled_dot_product_attention states its factor: `scale`, or 1/sqrt(d).
+- at the softmax over such scores: the factor between the scores it is given and that product, fitted on the
+  differences between the batch's examples, where what is added alike to every example cancels (a causal mask
+  filled with -inf or -1e9, an ALiBi bias). scaled_dot_product_attention states its factor: `scale`, or 1/sqrt(d).
 
 Queries and keys of constant length (l2-normalized, as QK-norm makes them) are noted: their scale is a
-temperature, not the 1/sqrt(d) that keeps a dot product of d unit-variance entries at unit variance.
+temperature, not the 1/sqrt(d) that keeps a dot product of d unit-variance entries at unit variance. Only the
+last QUERIES rows of a product are kept, and only until its softmax reads them.
 
 Axes: b batch, time positions (queries and keys), d the head's width."""
 
@@ -35,6 +37,30 @@ DIVIDE = (
     torch.Tensor.__truediv__,
 )
 IN_PLACE = (torch.Tensor.mul_, torch.Tensor.div_)
+#: a sum or difference keeps a factor its two tensors share (not one with a number: q + 1 is no scaled q)
+SUMS = (
+    torch.add,
+    torch.Tensor.add,
+    torch.Tensor.__add__,
+    torch.Tensor.__radd__,
+    torch.sub,
+    torch.Tensor.sub,
+    torch.Tensor.__sub__,
+)
+#: elementwise arithmetic that keeps a factor its tensor operands share (a sum, a negation, a joined tensor)
+KEEPING = (
+    *SUMS,
+    torch.neg,
+    torch.Tensor.neg,
+    torch.Tensor.__neg__,
+    torch.cat,
+    torch.stack,
+    torch.Tensor.contiguous,
+    torch.Tensor.clone,
+    torch.Tensor.to,
+    torch.Tensor.float,
+    torch.Tensor.type_as,
+)
 PRODUCTS = (
     torch.matmul,
     torch.Tensor.matmul,
@@ -45,8 +71,10 @@ PRODUCTS = (
     torch.Tensor.baddbmm,
     torch.einsum,
 )
-#: the products kept for the softmax that follows them: an attention's own product is the latest of its shape
-KEPT = 8
+#: products kept for the softmax that follows them: an attention's own product is the latest of its shape
+KEPT = 4
+#: rows (queries) of a product kept and fitted: the last ones, which see the most keys
+QUERIES = 64
 #: operands whose rows' lengths vary by less than this share of their mean have a constant length
 CONSTANT = 1e-3
 
@@ -68,31 +96,46 @@ class Reading:
 
 @dataclass
 class Product:
-    scores: torch.Tensor
+    scores: torch.Tensor  # a copy of its last QUERIES rows: scaling the scores in place changes no reading
     factor: float
     width: int
     normalized: bool
 
 
-def storage(x: torch.Tensor) -> int:
-    return x.untyped_storage().data_ptr()
+def region(x: torch.Tensor) -> tuple:
+    """Which elements of which storage `x` views, whatever their order (a transpose views the same ones)."""
+    return (
+        x.untyped_storage().data_ptr(),
+        x.storage_offset(),
+        frozenset(zip(x.shape, x.stride(), strict=True)),
+    )
+
+
+def tensors(args, kwargs) -> list[torch.Tensor]:
+    """The tensor arguments of a call, those in a list or tuple (cat, stack) included."""
+    found = []
+    for value in (*args, *kwargs.values()):
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+    return found
 
 
 def operands(func, args: tuple, kwargs: dict) -> tuple:
-    """A product's two operands (q and kᵀ, or q and k for einsum) and the factor it applies itself (baddbmm's
-    alpha), from its arguments however they are given."""
+    """A product's two operands (q and kᵀ, or q and k for einsum), the axis of the second that runs over the
+    keys' width, and the factor the product applies itself (baddbmm's alpha)."""
     if func is torch.einsum:
         given = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
-        return (*(list(given) + [None, None])[:2], 1.0)
-    names = (
-        ("input", "batch1", "batch2") if func in (torch.baddbmm, torch.Tensor.baddbmm) else ("input", "other")
-    )
+        return (*(list(given) + [None, None])[:2], -1, 1.0)  # "...id,...jd->...ij": k is [..., j, d]
+    names = ("input", "other")
     if func in (torch.bmm, torch.Tensor.bmm):
         names = ("input", "mat2")
+    if func in (torch.baddbmm, torch.Tensor.baddbmm):
+        names = ("input", "batch1", "batch2")
     values = {**dict(zip(names, args, strict=False)), **kwargs}
     if len(names) == 3:
-        return values.get("batch1"), values.get("batch2"), float(values.get("alpha", 1.0))
-    return values.get(names[0]), values.get(names[1]), 1.0
+        return values.get("batch1"), values.get("batch2"), -2, float(values.get("alpha", 1.0))
+    return values.get(names[0]), values.get(names[1]), -2, 1.0  # q @ kᵀ: kᵀ is [..., d, j]
 
 
 def constant_length(x: torch.Tensor, axis: int) -> bool:
@@ -102,15 +145,17 @@ def constant_length(x: torch.Tensor, axis: int) -> bool:
 
 
 def fitted(scores: torch.Tensor, product: torch.Tensor) -> float | None:
-    """The factor c of scores = c * product + (a term the same for every example), where both are finite and the
-    scores not masked; None where nothing is left to fit."""
+    """The factor c of scores = c * product + (a term the same for every example), from the differences between
+    examples where both are finite and the scores differ (a mask's fill, -inf or -1e9, is the same in both); None
+    where nothing is left to fit, a batch of one example included (an additive bias would not cancel)."""
     x, p = scores.detach().float(), product.detach().float()
-    valid = torch.isfinite(x) & torch.isfinite(p) & (x > torch.finfo(scores.dtype).min / 2)
-    if x.ndim >= 3 and x.shape[0] >= 2:  # across examples: what is added for every one of them cancels
-        x, p, valid = x[1:] - x[:1], p[1:] - p[:1], valid[1:] & valid[:1]
-    x, p = x.where(valid, 0), p.where(valid, 0)
-    denominator = (p * p).sum()
-    return (x * p).sum().item() / denominator.item() if denominator > 0 else None
+    if x.ndim < 3 or x.shape[0] < 2:
+        return None
+    dx, dp = x[1:] - x[:1], p[1:] - p[:1]
+    valid = torch.isfinite(dx) & torch.isfinite(dp) & (x[1:] != x[:1])
+    dx, dp = dx.where(valid, 0), dp.where(valid, 0)
+    denominator = (dp * dp).sum()
+    return (dx * dp).sum().item() / denominator.item() if denominator > 0 else None
 
 
 class ScoreScale:
@@ -119,27 +164,48 @@ class ScoreScale:
 
     def __init__(self, time: int):
         self.time = time
-        self.factors: dict[int, tuple[weakref.ref, float]] = {}  # a storage -> (a tensor on it, its factor)
+        self.factors: dict[int, tuple[weakref.ref, float]] = {}  # id of a tensor -> (the tensor, its factor)
+        self.regions: dict[
+            tuple, tuple[weakref.ref, float]
+        ] = {}  # elements scaled in place -> (a view, factor)
         self.products: list[Product] = []
 
     @property
     def handlers(self) -> dict:
         return {
             **dict.fromkeys(MULTIPLY + DIVIDE, self.scaling),
+            **dict.fromkeys(KEEPING, self.keeping),
             **dict.fromkeys(PRODUCTS, self.product),
         }
 
     def factor_of(self, x) -> float:
-        """The factor the tensor `x` (or the tensor it is a view of) was scaled by; 1 where none is known."""
+        """The factor the tensor `x` carries: its own, its base's (a view of a scaled tensor), or that of the
+        elements it views scaled in place; 1 where none is known."""
         if not isinstance(x, torch.Tensor):
             return 1.0
-        ref, factor = self.factors.get(storage(x), (None, 1.0))
-        return factor if ref is not None and ref() is not None else 1.0  # alive: its storage was not reused
+        for key, table in ((id(x), self.factors), (id(x._base), self.factors), (region(x), self.regions)):
+            ref, factor = table.get(key, (None, 1.0))
+            held = None if ref is None else ref()
+            if held is not None and (table is self.regions or held is x or held is x._base):
+                return factor
+        return 1.0
+
+    def carry(self, tensor: torch.Tensor, factor: float, in_place: bool = False) -> None:
+        if factor == 1.0 and not in_place:
+            return
+        if in_place and tensor._base is not None:  # a view of a fused tensor (q of qkv): its elements only
+            self.regions[region(tensor)] = (weakref.ref(tensor), factor)
+        else:
+            self.factors[id(tensor)] = (weakref.ref(tensor), factor)
 
     def scaling(self, func, args, kwargs):
         result = func(*args, **kwargs)
         a = args[0] if args else kwargs.get("input")
         b = args[1] if len(args) > 1 else kwargs.get("other")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() > 1 and b.numel() > 1:
+            if func not in DIVIDE and isinstance(result, torch.Tensor):  # cos * q: the factors multiply
+                self.carry(result, self.factor_of(a) * self.factor_of(b), func in IN_PLACE)
+            return result
         divide = func in DIVIDE
         if isinstance(a, torch.Tensor) and a.ndim >= 3:
             tensor, number = a, b
@@ -150,11 +216,20 @@ class ScoreScale:
         if isinstance(number, torch.Tensor) and number.numel() == 1:
             number = number.item()
         plain = isinstance(number, (int, float)) and not isinstance(number, bool) and number != 0
-        if not (plain and tensor.is_floating_point() and kwargs.get("rounding_mode") is None):
+        if plain and tensor.is_floating_point() and kwargs.get("rounding_mode") is None:
+            factor = self.factor_of(tensor) * (1 / number if divide else number)
+            self.carry(tensor if func in IN_PLACE else result, factor, func in IN_PLACE)
+        return result
+
+    def keeping(self, func, args, kwargs):
+        """A sum, negation, join or copy: the result keeps a factor every tensor operand shares."""
+        result = func(*args, **kwargs)
+        if func in SUMS and not all(isinstance(v, torch.Tensor) and v.numel() > 1 for v in (*args, None)[:2]):
             return result
-        factor = self.factor_of(tensor) * (1 / number if divide else number)
-        target = tensor if func in IN_PLACE else result
-        self.factors[storage(target)] = (weakref.ref(target), factor)
+        if isinstance(result, torch.Tensor) and result.is_floating_point():
+            factors = {self.factor_of(t) for t in tensors(args, kwargs) if t.numel() > 1}
+            if len(factors) == 1:
+                self.carry(result, factors.pop())
         return result
 
     def product(self, func, args, kwargs):
@@ -167,23 +242,25 @@ class ScoreScale:
         )
         if not square:
             return result
-        q, k, alpha = operands(func, args, kwargs)
+        q, k, key_axis, alpha = operands(func, args, kwargs)
         if not all(isinstance(x, torch.Tensor) and x.ndim >= 2 for x in (q, k)):
             return result
-        width = q.shape[-1]
-        key_axis = -2 if k.shape[-2] == width and k.shape[-1] == self.time else -1
         normalized = constant_length(q, -1) and constant_length(k, key_axis)
         factor = self.factor_of(q) * self.factor_of(k) * alpha
-        self.products = [*self.products[-(KEPT - 1) :], Product(result.detach(), factor, width, normalized)]
+        kept = Product(result.detach()[..., -QUERIES:, :].clone(), factor, q.shape[-1], normalized)
+        self.products = [*self.products[-(KEPT - 1) :], kept]
         return result
 
     def at_softmax(self, scores: torch.Tensor) -> Reading | None:
-        """The scale of the softmax over `scores`, from the latest product of their shape; None where none is."""
-        match = next((p for p in reversed(self.products) if p.scores.shape == scores.shape), None)
-        factor = None if match is None else fitted(scores, match.scores)
-        if factor is None:
+        """The scale of the softmax over `scores`, from the latest product of their shape (then let go); None where
+        none is, or nothing can be fitted."""
+        rows = scores.detach()[..., -QUERIES:, :]
+        match = next((p for p in reversed(self.products) if p.scores.shape == rows.shape), None)
+        if match is None:
             return None
-        return Reading(factor * match.factor, match.width, match.normalized)
+        self.products = [p for p in self.products if p is not match]
+        factor = fitted(rows, match.scores)
+        return None if factor is None else Reading(factor * match.factor, match.width, match.normalized)
 
     def at_attention(self, values: dict) -> Reading:
         """The scale of a scaled_dot_product_attention call (its arguments by name)."""
@@ -201,6 +278,6 @@ def declared_scale(model: torch.nn.Module, name: str) -> float | None:
     for end in range(len(parts), -1, -1):
         module = model.get_submodule(".".join(parts[:end])) if end else model
         value = getattr(module, "attention_scale", None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return float(value)
     return None
