@@ -503,3 +503,28 @@ def test_report_marks_a_job_it_cannot_read_and_summarizes_the_rest(tmp_path):
     for name, (_, _, said) in UNREADABLE_JOBS.items():
         assert said in rows[name]["error"], (name, rows[name])
     assert rows["config_damaged"]["status"] == "DONE", "the verdict is read: only the config is not"
+
+
+def test_verdict_json_has_one_reader_that_keeps_a_status_its_other_fields_cannot_spoil(tmp_path):
+    """harness.report.verdict reads verdict.json for every part: the summary gets why a file is no verdict, the
+    run-dir check and resuming get the status, which a probe's field of another shape does not hide."""
+    from harness.report.verdict import status_in, verdict_in
+
+    cases = {
+        "none": (None, None, ""),
+        "damaged": ("{", None, "not valid JSON"),
+        "odd_field": (
+            '{"status": "INTERRUPTED", "steps": "many"}',
+            "INTERRUPTED",
+            "not a verdict (steps is str",
+        ),
+        "a_list": ("[1]", "?", "holds a JSON list"),
+        "whole": ('{"status": "PASS", "steps": 3}', "PASS", ""),
+    }
+    for name, (text, status, why) in cases.items():
+        (tmp_path / name).mkdir()
+        if text is not None:
+            (tmp_path / name / "verdict.json").write_text(text)
+        values, reason = verdict_in(tmp_path / name)
+        assert status_in(tmp_path / name) == (status if text != "{" else "?"), name
+        assert why in reason and (values is not None) == (name == "whole"), (name, values, reason)

@@ -153,31 +153,38 @@ def write_verdict(run_dir: Path, verdict: dict) -> Path:
     return path
 
 
-def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
-    """`run_dir`/verdict.json as written, and why not where it cannot be: (None, "") where there is none,
-    (None, why) where it is damaged, unreadable or not a verdict (verdict_shape)."""
+def parsed(run_dir: Path) -> tuple[object, str]:
+    """`run_dir`/verdict.json parsed, whatever its shape, and why not where it cannot be: (None, "") where there is
+    none, (None, why) where it is not JSON or cannot be read."""
     path = Path(run_dir) / "verdict.json"
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8")), ""
     except FileNotFoundError:
         return None, ""
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return None, f"{path}: not valid JSON ({err})"
     except OSError as err:
         return None, f"{path}: cannot be read ({err.strerror or err})"
-    wrong = verdict_shape(values)
+
+
+def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
+    """`run_dir`/verdict.json as written, and why not where it cannot be: (None, "") where there is none,
+    (None, why) where it is damaged, unreadable or not a verdict (verdict_shape)."""
+    values, why = parsed(run_dir)
+    wrong = None if values is None else verdict_shape(values)
     if wrong is not None:
-        return None, f"{path}: not a verdict ({wrong})"
-    return values, ""
+        return None, f"{Path(run_dir) / 'verdict.json'}: not a verdict ({wrong})"
+    return values, why
 
 
 def status_in(run_dir: Path) -> str | None:
     """The status of the run that ended in `run_dir` (`?` where its verdict cannot be read), or None where none
-    has ended there."""
-    values, why = verdict_in(run_dir)
+    has ended there. A verdict whose other fields a fork's probe wrote in a shape of its own keeps its status."""
+    values, why = parsed(run_dir)
     if values is None:
         return "?" if why else None
-    return str(values.get("status") or "?")
+    status = values.get("status") if isinstance(values, dict) else None
+    return status if isinstance(status, str) else "?"
 
 
 def read_verdict(run_dir: Path) -> dict:

@@ -88,26 +88,28 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     job = Training(cfg, run_dir, mode, verdict, StopOnSignal(run_dir / "checkpoints" / "last.ckpt"), started)
     job.interrupt.install()
     try:
-        data, module, probes = build_stage(job)
+        data, module, callbacks = build_stage(job)
         job.interrupt.phase = "the preflight"
         preflight(cfg, module, data, verdict)
         if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
             verdict.status = "PREFLIGHT_FAIL"
             message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
-            return finish(job, logging.ERROR, message)
-        trainer, ckpt_path, loggers = trainer_for(job, data, module, probes)
-        job.interrupt.phase = "the start of training"
-        stopped = fit(trainer, module, data, ckpt_path, loggers)
-        return judged(job, trainer, module, probes, stopped)
+            result = finish(job, logging.ERROR, message)
+        else:
+            trainer, ckpt_path, loggers = trainer_for(job, data, module, callbacks)
+            job.interrupt.phase = "the start of training"
+            stopped = fit(trainer, module, data, ckpt_path, loggers)
+            result = judged(job, trainer, module, callbacks[0], stopped)
     except Interrupted as stop:
         job.interrupt.holding = True  # another signal while the verdict is written is only noted
         verdict.status, verdict.signal = "INTERRUPTED", stop.signum
         message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {job.interrupt.phase}"
-        return finish(job, logging.WARNING, message)
+        result = finish(job, logging.WARNING, message)
     finally:
         job.interrupt.restore()
-        if verdict.status == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
-            job.interrupt.hand_on()
+    if result["status"] == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
+        job.interrupt.hand_on()
+    return result
 
 
 def mode_for(cfg: DictConfig):
@@ -123,8 +125,9 @@ def mode_for(cfg: DictConfig):
 
 
 def build_stage(job: Training) -> tuple:
-    """The datamodule, the LightningModule, and the probes and the config's extra callbacks (a bad probe or
-    callback is a config error before the preflight's work; a fork without probes has none)."""
+    """The datamodule, the LightningModule, and the callbacks the run adds to the harness's own: the probes and
+    the config's extra callbacks (built before the preflight's work: a bad one is a config error, not a failed
+    preflight; a fork without probes has none)."""
     cfg = job.cfg
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
@@ -138,13 +141,15 @@ def build_stage(job: Training) -> tuple:
         if cfg.get("probes") is not None
         else []
     )
-    return data, module, probes
+    return data, module, (probes, build_callbacks(cfg))
 
 
-def trainer_for(job: Training, data, module, probes: list) -> tuple:
-    """The Trainer with every callback and logger, the checkpoint it resumes from (checked against the model and
-    optimizer), and the loggers (finished once training ends)."""
+def trainer_for(job: Training, data, module, added: tuple) -> tuple:
+    """The Trainer with every callback (the harness's own, then `added`: the probes and the config's extra ones)
+    and logger, the checkpoint it resumes from (checked against the model and optimizer), and the loggers
+    (finished once training ends)."""
     cfg, run_dir, mode = job.cfg, job.run_dir, job.mode
+    probes, extra = added
     callbacks = [*start_checks(cfg, data, job.verdict, mode), NonFiniteGuard(), ResumeState(), job.interrupt]
     callbacks += mode.callbacks(data, job.verdict, run_dir / "checkpoints")
     # a job requeued into the dir it was interrupted in continues from its own last.ckpt
@@ -154,7 +159,7 @@ def trainer_for(job: Training, data, module, probes: list) -> tuple:
     resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
-    trainer = build_trainer(cfg, run_dir, callbacks + probes + build_callbacks(cfg), loggers)
+    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
     return trainer, resumed and resumed.path, loggers
 
 
