@@ -338,7 +338,7 @@ def test_debug_fdr_on_the_command_line_exits_0_with_status_debug(default_run):
 
 
 def test_the_schema_declares_the_new_groups(make_config):
-    """callbacks, debug and paths are declared in the schema (harness/schema.py): a group file merges into them."""
+    """callbacks, debug and paths are declared in the schema (harness/config/schema.py): a group file merges into them."""
     cfg = make_config("debug=fdr")
     assert OmegaConf.select(cfg, "debug.name") == "fdr" and cfg.paths.data_dir and cfg.callbacks.model_summary
 

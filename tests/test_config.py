@@ -105,7 +105,7 @@ def test_bad_values_are_refused_naming_the_key(override, key, make_config):
     ],
 )
 def test_schema_refuses_a_wrong_type_while_composing(override, expected, capsys, tmp_path, monkeypatch):
-    """The schema (harness/schema.py) types harness's own keys: Hydra refuses the value before anything runs,
+    """The schema (harness/config/schema.py) types harness's own keys: Hydra refuses the value before anything runs,
     and the command line says which key and what it takes, in one line."""
     from harness.cli.overrides import check_overrides
 

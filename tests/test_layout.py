@@ -73,7 +73,7 @@ def test_a_fork_without_the_probes_trains_and_collects(tmp_path, data_root):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the house: folders by pipeline stage, small files and functions, old names still importing
+# the house: folders in layers, small files and functions, a true map of each folder
 # ---------------------------------------------------------------------------------------------------------
 
 PACKAGE = ROOT / "src" / "harness"

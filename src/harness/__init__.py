@@ -12,8 +12,8 @@ before it (tests/test_layout.py holds it, docs/layout.md draws it):
     tasks/     training, evaluation and the doctor; what judges a whole config (its rules, its trial build)
     cli/       the command line: train.py's and eval.py's entry
 
-`harness.tasks.training.run(cfg)` is the whole training pipeline; `train.py` hands a composed Hydra config to
-harness.cli.main.
+`harness.tasks.training.run(cfg)` is the whole training pipeline for a composed config; `train.py` hands its
+conf/ folder to harness.cli.main, which composes and validates every job's config, then runs it.
 """
 
 from __future__ import annotations

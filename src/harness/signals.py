@@ -1,7 +1,7 @@
 """What SIGINT, SIGTERM and SIGUSR2 do at every moment of a run or a sweep, so that a signal always lands within
 seconds: a run stops with an INTERRUPTED verdict and exits 128 + the signal, a sweep stops every job.
 
-A training step is finished and checkpointed first (harness.train.checkpoints.StopOnSignal); anywhere else (start-up, data
+A training step is finished and checkpointed first (harness.train.interrupt.StopOnSignal); anywhere else (start-up, data
 generation, the preflight, judging and plots) the handler raises Interrupted at once. A second signal raises at
 once everywhere. This module imports nothing heavy: train.py's first handler is installed before torch is."""
 

@@ -190,7 +190,7 @@ def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
 
 def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
     """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
-    harness.door allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
+    harness.tasks.job.check_run_dir allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
     (torchrun, SLURM) each check it, and rank 0 alone empties it for +overwrite=true."""
     from harness.ranks import global_rank, started_by_lightning
 

@@ -77,7 +77,7 @@ def writing(data, why: str):
 def prepare(data) -> Path:
     """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
     one is read without writing anything (a read-only data.root works); a damaged one is prepared again. A user
-    mistake in the files is a ConfigError, and leaves nothing that looks integrity."""
+    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
     folder, why = data.dataset_dir, unusable(data)
     if why is None:
         return folder

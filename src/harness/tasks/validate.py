@@ -100,7 +100,7 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
     """Each of `keys` (the dotted keys the command line set) holds a value of the kind the config file gives it
     (`base`: composed with the same group choices, without the values): `optim.lr=abc` where adamw.yaml has
     3e-3 is refused now, not by the optimizer after the data and the preflight. Keys Hydra's schema types
-    (harness/schema.py) are refused by Hydra already; null and a key the files do not hold pass."""
+    (harness/config/schema.py) are refused by Hydra already; null and a key the files do not hold pass."""
     for key in keys:
         default = OmegaConf.select(base, key, default=None, throw_on_resolution_failure=False)
         given = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)

@@ -32,7 +32,7 @@ class StopOnSignal(SignalGate, pl.Callback):
         signal on to the handler that was there before ours, if that is a Python function. On a job of the
         submitit launcher (hydra/launcher=slurm or local) it is submitit's, which requeues the job when
         hydra.launcher.max_num_timeout allows and exits; the job starts again in the same run dir and continues
-        from that checkpoint (harness.run). Elsewhere (Ctrl-C, a plain kill, harness's own gates of train.py and
+        from that checkpoint (harness.tasks.training). Elsewhere (Ctrl-C, a plain kill, harness's own gates of train.py and
         of sweeps, which act on the verdict instead) nothing is called."""
         if self.received is None:
             return

@@ -119,10 +119,9 @@ def check_compile(value) -> None:
     )
 
 
-#: the shapes of harness.train.optim.schedule, and the names that schedule's _target_ goes by (the current one
-#: first)
+#: the shapes of harness.train.optim.schedule, and the name its _target_ goes by
 SHAPES = ("constant", "cosine", "linear")
-SCHEDULES = ("harness.train.optim.schedule", "harness.optim.schedule")
+SCHEDULES = ("harness.train.optim.schedule",)
 
 
 def check_schedule(shape, warmup_steps, min_lr, peak: float) -> None:
