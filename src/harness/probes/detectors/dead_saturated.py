@@ -1,6 +1,11 @@
 """The activations' rules: `dead_units` (a ReLU-like module's outputs zero, or units dead at every position) and
 `saturated_activations` (a tanh/sigmoid-like module at its limits), read from the activations probe's rows: of
-activation modules, and of activation functions called in a module's forward (`<module>/<function>`)."""
+activation modules, and of activation functions called in a module's forward (`<module>/<function>`).
+
+Saturation is judged by where it comes from. A module saturated from its first reading on (`saturated_fraction`,
+0.6) has an init or an input scale far too large: its gradient is gone before anything is learned. One that
+training saturated (a tanh RNN learns its way to 0.6-0.73 of its outputs beyond 0.97, and trains well) is a
+problem only far past that (`saturated_late`, 0.9)."""
 
 from __future__ import annotations
 
@@ -29,6 +34,9 @@ class ActivationRules:
                 continue
             name, limit, what = ACTIVATION_LIMITS[stat]
             limit = getattr(self, limit)
+            first = self.first_readings.setdefault(f"{stat}:{module}", value)
+            if stat == "saturated" and first < limit:  # learned its way there: only far past it is a problem
+                limit, what = self.saturated_late, f"{what} (from {first:.1%} at its first reading)"
             if self.streaks.update(f"{stat}:{module}", value >= limit) >= self.patience:
                 detail = f"{called(module)}{value:.1%} {what} for {self.patience} readings in a row"
                 self.report(name, step, module, value, detail, side=module)

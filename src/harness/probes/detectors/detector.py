@@ -37,6 +37,7 @@ class Limits:
     dead_fraction: float = 0.9
     dead_units: float = 0.25
     saturated_fraction: float = 0.6
+    saturated_late: float = 0.9
     spike_factor: float = 2.0
     spike_min: float = 0.1
     spikes: int = 2

@@ -53,6 +53,7 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
         self.ending = False
         self.reported: set[tuple[str, str]] = set()
         self.activation_keys: list[tuple[str, str, str]] | None = None
+        self.first_readings: dict[str, float] = {}  # each place's first reading of each statistic
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.reset()
