@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all bench lint format rename clean
+.PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all browser screenshots bench lint format rename clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,11 +47,27 @@ vanishing: $(STAMP)  ## the vanishing-gradients preset: 3 models x 3 lengths, su
 test: $(STAMP)  ## the test suite (under 3 minutes on 2 cores; tests marked slow are left to test-slow)
 	$(PYTEST) -m "not slow" $(ARGS)
 
-test-slow: $(STAMP)  ## only the tests marked slow (CI runs them after `make test`)
+test-slow: $(STAMP) browser  ## only the tests marked slow (CI runs them after `make test`)
 	$(PYTEST) -m slow $(ARGS)
 
-test-all: $(STAMP)  ## every test
+test-all: $(STAMP) browser  ## every test
 	$(PYTEST) $(ARGS)
+
+# the slow tests open report pages in a real headless Chromium (tests/browser.py); HARNESS_CHROMIUM picks one
+browser:  ## Chromium for the browser tests, where none is found (apt-get as root; else says how)
+	@if command -v "$${HARNESS_CHROMIUM:-chromium}" >/dev/null || command -v chromium-browser >/dev/null \
+		|| command -v google-chrome >/dev/null; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium </dev/null; \
+	else \
+		echo "no Chromium for the browser tests: sudo apt-get install chromium (or set HARNESS_CHROMIUM)"; \
+	fi
+
+screenshots: $(STAMP) browser  ## the pictures of report pages in docs/img/, taken by the browser tests
+	HARNESS_SCREENSHOTS=outputs/screenshots $(PYTEST) -q tests/test_report_browser.py -k "passing or sweep"
+	cp outputs/screenshots/run_pass_view.png outputs/screenshots/run_pass_curves_view.png \
+		outputs/screenshots/sweep_view.png docs/img/
 
 bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md
 	$(PY) -m benchmarks

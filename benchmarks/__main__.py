@@ -24,6 +24,7 @@ BENCHMARKS = (
     "fsdp",
     "preflight_scale",
     "data",
+    "report_page",
 )
 
 

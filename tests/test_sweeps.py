@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 
 from harness.cli.overrides import check_overrides
 from harness.data.format import is_whole
+from harness.report.command import main as report_main
 from harness.report.summary import COLUMNS, EXTRA, collect, write_summary
-from harness.report.summary import main as report_main
 from harness.report.verdict import read_verdict
 from harness.seeding import seed_all
 from harness.tasks.training import build

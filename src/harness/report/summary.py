@@ -1,6 +1,6 @@
 """The summary of a sweep: one row a job, read back from the job dirs, as summary.csv, summary.md and plots.
 
-    python -m harness.report outputs/multirun/<date>/<time>     # (re)build the summary of a sweep dir
+    python -m harness.report outputs/multirun/<date>/<time>     # (re)build the summary of a sweep dir (report/command.py)
 
 Hydra calls `SweepSummary.on_multirun_end` in the launching process after every job of a sweep has finished
 (also with the joblib and submitit launchers), so each sweep dir gets its summary without asking. Everything is
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from harness.report.run_files import read_metrics, select, yaml_in
 from harness.report.verdict import Verdict, verdict_in
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "symptoms", "se
 #: the metrics.csv columns of the loss curves (Lightning's CSVLogger, see HarnessModule)
 LOSS, VAL_LOSS = "train/loss", "val/loss"
 PLOTS = ("grad_by_position.png", "reach.png", "loss.png")
+REACH = (
+    "reach = ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖, the gradient of the loss at the first position's input relative to the "
+    "second-to-last's; 0 = underflow to exactly zero in float32; an empty cell = not recorded."
+)
 
 
 @dataclass
@@ -61,47 +66,6 @@ def _number(value) -> float | None:
         return None
 
 
-def _yaml(path: Path) -> tuple[DictConfig | None, str]:
-    """The YAML file at `path` (None where there is none) and, when it cannot be read, why."""
-    if not path.is_file():
-        return None, ""
-    try:
-        loaded = OmegaConf.load(path)
-    except Exception as err:  # damaged YAML, not UTF-8, unreadable: the row says so, the others go on
-        return None, f"{path}: not readable YAML ({type(err).__name__})"
-    if not isinstance(loaded, DictConfig):
-        return None, f"{path}: holds a YAML list, not a config"
-    return loaded, ""
-
-
-def _select(cfg: DictConfig | None, key: str):
-    """The value at `key`, or None when absent (or an interpolation that cannot resolve outside Hydra)."""
-    if cfg is None:
-        return None
-    try:
-        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    except Exception:  # a custom resolver (${now:...}) that is not registered in this process
-        return None
-
-
-def _loss_curve(path: Path, column: str) -> list[tuple[int, float]]:
-    """(step, value) for every row of metrics.csv where `column` has a value (rows hold one metric kind).
-    A row that does not parse (the last line of a job killed mid-write) is skipped."""
-    if not path.is_file():
-        return []
-    points = []
-    try:
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                try:
-                    points.append((int(r["step"]), float(r[column])))
-                except (KeyError, TypeError, ValueError):
-                    continue
-    except (OSError, UnicodeDecodeError, csv.Error):  # a damaged file: the points read until then
-        pass
-    return points
-
-
 def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
     """The job's verdict.json and, when there is none to read, why (the row's error)."""
     values, why = verdict_in(job_dir)
@@ -116,19 +80,19 @@ def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
 def read_job(job_dir: Path) -> Job:
     """Everything the summary knows about one job dir."""
     (cfg, bad_cfg), (hydra, bad_hydra) = (
-        _yaml(job_dir / ".hydra/config.yaml"),
-        _yaml(job_dir / ".hydra/hydra.yaml"),
+        yaml_in(job_dir / ".hydra/config.yaml"),
+        yaml_in(job_dir / ".hydra/hydra.yaml"),
     )
     verdict, unread = verdict_of(job_dir)
     unread = "; ".join(why for why in (unread, bad_cfg, bad_hydra) if why)
-    mode = _select(cfg, "mode.name") or verdict.mode
-    n = (_select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
+    mode = select(cfg, "mode.name") or verdict.mode
+    n = (select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
     row = {
         # the model's class (a sweep over model.arch tells its rows apart), else its config's _target_
-        "model": verdict.model or str(_select(cfg, "model._target_") or "").rpartition(".")[2] or None,
-        "model_group": _select(hydra, "hydra.runtime.choices.model") or verdict.model_group,
-        "length": _select(cfg, "data.length") or verdict.length,
-        "rule": _select(cfg, "data.rule") or verdict.rule,
+        "model": verdict.model or str(select(cfg, "model._target_") or "").rpartition(".")[2] or None,
+        "model_group": select(hydra, "hydra.runtime.choices.model") or verdict.model_group,
+        "length": select(cfg, "data.length") or verdict.length,
+        "rule": select(cfg, "data.rule") or verdict.rule,
         "status": verdict.status or "MISSING",
         "final_loss": _number(verdict.final_loss),
         "accuracy": _number(verdict.accuracy),
@@ -137,8 +101,8 @@ def read_job(job_dir: Path) -> Job:
         "reach_final": _number(verdict.items.get("reach_final")),
         "mode": mode,
         "n": n,
-        "data": _select(hydra, "hydra.runtime.choices.data") or verdict.data,
-        "seed": _select(cfg, "seed") if cfg is not None else verdict.seed,
+        "data": select(hydra, "hydra.runtime.choices.data") or verdict.data,
+        "seed": select(cfg, "seed") if cfg is not None else verdict.seed,
         "val_loss": _number(verdict.val_loss),
         # the names of what the run showed while it trained (verdict.json symptoms), one each
         "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
@@ -148,10 +112,8 @@ def read_job(job_dir: Path) -> Job:
     }
     grads = verdict.items.get("grad_by_position") or {}
     grads = {k: [_number(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
-    metrics = job_dir / "metrics.csv"
-    return Job(
-        row=row, grads=grads, curve=_loss_curve(metrics, LOSS), val_curve=_loss_curve(metrics, VAL_LOSS)
-    )
+    curves = read_metrics(job_dir / "metrics.csv", lambda name: name in (LOSS, VAL_LOSS)).curves
+    return Job(row=row, grads=grads, curve=curves.get(LOSS, []), val_curve=curves.get(VAL_LOSS, []))
 
 
 def _job_order(job_dir: Path) -> tuple:
@@ -210,10 +172,9 @@ def write_csv(jobs: list[Job], path: Path) -> Path:
     return path
 
 
-def markdown(jobs: list[Job], title: str) -> str:
-    """summary.md: a status line, the table and the plots. The table has the CSV's columns, less those that
-    say nothing: extra columns empty in every row, and model_group/mode/n/data/seed when every job has the
-    same value (said once above the table instead)."""
+def shown(jobs: list[Job]) -> tuple[list[str], list[str]]:
+    """The columns a table shows: the CSV's, less those that say nothing (extra columns empty in every row, and
+    model_group/mode/n/data/seed when every job has the same value); and those shared values, as key=value."""
     shared, columns = [], list(COLUMNS)
     for key in EXTRA:
         values = {str(job.row[key]) for job in jobs if job.row[key] not in (None, "")}
@@ -225,18 +186,28 @@ def markdown(jobs: list[Job], title: str) -> str:
             shared.append(f"{key}={values.pop()}")
         elif values:
             columns.append(key)
+    return columns, shared
+
+
+def headline(jobs: list[Job], shared: list[str]) -> str:
+    """The status line: how many jobs ended how, and what every job shares."""
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job.row["status"]] = counts.get(job.row["status"], 0) + 1
     tally = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
+    return (
+        f"{len(jobs)} jobs: {tally or 'none'}" + (f"; every job: {', '.join(shared)}" if shared else "") + "."
+    )
+
+
+def markdown(jobs: list[Job], title: str) -> str:
+    """summary.md: a status line, the table (the columns that say something, `shown`) and the plots."""
+    columns, shared = shown(jobs)
     lines = [
         f"# Sweep summary: {title}",
         "",
-        f"{len(jobs)} jobs: {tally or 'none'}"
-        + (f"; every job: {', '.join(shared)}" if shared else "")
-        + ".",
-        "reach = ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖, the gradient of the loss at the first position's input relative to the "
-        "second-to-last's; 0 = underflow to exactly zero in float32; an empty cell = not recorded.",
+        headline(jobs, shared),
+        REACH,
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
@@ -247,8 +218,8 @@ def markdown(jobs: list[Job], title: str) -> str:
 
 
 def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = True) -> dict[str, Path]:
-    """Write summary.csv, summary.md and (unless plots=False) the PNG plots of `jobs` (default: every job
-    dir of `sweep_dir`) into `sweep_dir`."""
+    """Write summary.csv, summary.md, (unless plots=False) the PNG plots of `jobs` (default: every job dir of
+    `sweep_dir`) and the sweep's page, report.html (harness.report.sweep_page), into `sweep_dir`."""
     sweep_dir = Path(sweep_dir)
     jobs = collect(sweep_dir) if jobs is None else jobs
     written = {"csv": write_csv(jobs, sweep_dir / "summary.csv")}
@@ -261,6 +232,10 @@ def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = 
         written["grad_by_position"] = draw.grad_by_position(jobs, sweep_dir / "grad_by_position.png")
         written["reach"] = draw.reach_by_length(jobs, sweep_dir / "reach.png")
         written["loss"] = draw.loss_curves(jobs, sweep_dir / "loss.png")
+    from harness.report.sweep_page import write_sweep_page
+
+    columns, shared = shown(jobs)
+    written["html"] = write_sweep_page(sweep_dir, jobs, columns, f"{headline(jobs, shared)} {REACH}", PLOTS)
     return written
 
 
@@ -325,35 +300,3 @@ def unreturned(config: DictConfig, sweep_dir: Path) -> None:
     fix = "; name a number each job has, e.g. optimized_metric=val_loss" if ran else ""
     print(f"error: optimized_metric={name}: {told}{fix}", file=sys.stderr)
     sys.exit(2 if ran else 1)
-
-
-def main(argv: list[str]) -> int:
-    """python -m harness.report SWEEP_DIR: rebuild the summary from the job dirs; exit 2 on a bad path."""
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print(
-            "usage: python -m harness.report SWEEP_DIR   (e.g. outputs/multirun/<date>/<time>)",
-            file=sys.stderr,
-        )
-        return 2
-    sweep_dir = Path(argv[0])
-    if not sweep_dir.is_dir():
-        print(
-            f"error: {sweep_dir}: no such directory; give a sweep dir (outputs/multirun/<date>/<time>)",
-            file=sys.stderr,
-        )
-        return 2
-    jobs = collect(sweep_dir)
-    if not jobs:
-        print(
-            f"error: {sweep_dir}: no job dirs in it (a job dir holds .hydra/ or verdict.json); is it a sweep dir?",
-            file=sys.stderr,
-        )
-        return 2
-    written = write_summary(sweep_dir, jobs)
-    print(written["md"].read_text())
-    print("written: " + ", ".join(str(p) for p in written.values()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -94,14 +94,17 @@ def recorded(out: Path, sweeping: bool):
     """Around a task: its verdict whatever happens. A config mistake exits 2 (one line) or, in a sweep, is an ERROR
     verdict (the record's verdict None); a signal before the task's own handler is INTERRUPTED; a bug is an ERROR
     verdict, then raised (a sweep's other jobs go on)."""
-    record = Record()
+    record, paged = Record(), True
     try:
         yield record
     except ConfigError as err:
+        paged = not isinstance(
+            err, RunDirTaken
+        )  # that dir's verdict and page are an earlier run's: left as they are
         if not sweeping:
             die(str(err), err)
         log.error("error: %s", err)
-        if not isinstance(err, RunDirTaken):  # that dir's verdict is an earlier run's: left as it is
+        if paged:
             Verdict(status="ERROR", error=str(err)).write(out)
     except Interrupted as stop:  # before the task's own handler took over: a verdict all the same
         verdict = Verdict(status="INTERRUPTED", signal=stop.signum, steps=0, run_dir=str(out))
@@ -113,6 +116,18 @@ def recorded(out: Path, sweeping: bool):
         if not sweeping:
             raise
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
+    finally:
+        if paged:
+            page_of(out)
+
+
+def page_of(run_dir: Path) -> None:
+    """report.html of a run that ended with a verdict (rank 0's: the others share its dir or have none)."""
+    from harness.ranks import global_rank
+    from harness.report.run_page import written
+
+    if global_rank() == 0 and status_in(run_dir) is not None:
+        written(run_dir)
 
 
 def log_apart(rank: int, name: str = "train.log") -> None:

@@ -1,0 +1,127 @@
+"""A run dir's files read back for a person's eyes (the sweep summary, the run's page): whatever is damaged or
+missing is said, never raised. verdict.json has its own reader (harness.report.verdict).
+
+    yaml_in(path)               .hydra/config.yaml, hydra.yaml, overrides.yaml: the node, or why not
+    select(node, key)           a key's value, None where absent or unresolvable here
+    read_metrics(path, wanted)  metrics.csv's columns as (step, value) points, rows cut mid-write skipped
+    flat(node)                  a config as dotted keys; defaults_for(hydra) the same conf/ composed with no override"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def yaml_in(path: Path, listed: bool = False):
+    """The YAML file at `path` (a mapping, or with `listed` a list) and, where it cannot be read, why: (None, "")
+    where there is none."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if not path.is_file():
+        return None, ""
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as err:  # damaged YAML, not UTF-8, unreadable: the reader says so and goes on
+        return None, f"{path}: not readable YAML ({type(err).__name__})"
+    shape, other = (ListConfig, "mapping") if listed else (DictConfig, "list")
+    if not isinstance(loaded, shape):
+        return None, f"{path}: holds a YAML {other}, not a {'list' if listed else 'config'}"
+    return loaded, ""
+
+
+def select(cfg, key: str):
+    """The value at `key`, or None when absent (or an interpolation that cannot resolve outside Hydra)."""
+    from omegaconf import OmegaConf
+
+    if cfg is None:
+        return None
+    try:
+        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    except Exception:  # a custom resolver (${now:...}) that is not registered in this process
+        return None
+
+
+@dataclass
+class Metrics:
+    """metrics.csv read back: each column's (step, value) points, and why not where the file cannot be read."""
+
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    problem: str = ""
+
+
+def read_metrics(path: Path, wanted) -> Metrics:
+    """The columns of `path` (Lightning's CSVLogger: a row per metric kind, a column per key) for which
+    `wanted(name)` holds. A row that does not parse (a job killed mid-write) is skipped; a file that cannot be read
+    keeps the points read until then and says why."""
+    metrics = Metrics()
+    if not path.is_file():
+        metrics.problem = (
+            f"{path.name}: not written (the run stopped before its first logged step, or logs none)"
+        )
+        return metrics
+    curves: dict[str, list] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = csv.reader(f)
+            header = next(rows, None)
+            if not header or "step" not in header:
+                metrics.problem = f"{path.name}: no header with a step column; not a metrics file"
+                return metrics
+            at = header.index("step")
+            columns = [(i, name) for i, name in enumerate(header) if wanted(name)]
+            curves = {name: [] for _, name in columns}
+            for row in rows:
+                try:
+                    step = int(float(row[at]))
+                except (ValueError, IndexError):
+                    continue
+                for i, name in columns:
+                    if i < len(row) and row[i]:
+                        try:
+                            curves[name].append((step, float(row[i])))
+                        except ValueError:
+                            continue
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        metrics.problem = f"{path.name}: cannot be read ({type(err).__name__}: {err})"
+    metrics.curves = {name: points for name, points in curves.items() if points}
+    return metrics
+
+
+def flat(cfg) -> dict[str, str]:
+    """Every leaf of a config as dotted key -> its value's text (interpolations as written, ??? where missing)."""
+    from omegaconf import OmegaConf
+
+    out = {}
+
+    def walk(value, name: str) -> None:
+        if isinstance(value, (dict, list)) and value:
+            for key, inner in value.items() if isinstance(value, dict) else enumerate(value):
+                walk(inner, f"{name}.{key}" if name else str(key))
+        else:
+            out[name] = str(value)
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+def defaults_for(hydra) -> dict[str, str] | None:
+    """The config the run's conf/ composes with no override (its .hydra/hydra.yaml says where that is), flattened;
+    None where it cannot be composed. Inside the run's own process, Hydra's search path as the run had it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    name = str(select(hydra, "hydra.job.config_name") or "train")
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return flat(compose(config_name=name))
+        sources = select(hydra, "hydra.runtime.config_sources") or []
+        main = next(s for s in sources if s.get("provider") == "main" and s.get("schema") == "file")
+        with initialize_config_dir(config_dir=str(main["path"]), version_base="1.3"):
+            return flat(compose(config_name=name))
+    except Exception as err:  # a conf/ that moved or changed since the run: the page shows the whole config
+        log.debug("defaults not composed: %s", err)
+        return None

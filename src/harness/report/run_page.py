@@ -1,0 +1,374 @@
+"""A run's page: report.html in the run dir, what a person reads first. Written when the run ends, whatever its status
+(harness.tasks.job), and rebuilt by `python -m harness.report <run dir>`. Everything is read back from the run's files,
+so a page can be made of any run dir, a damaged one too: what cannot be read is said where it would have been.
+
+    the verdict      one sentence, its status, the exit code's meaning, what to do next where the run failed
+    the preflight    FAIL and WARN rows first, each detail whole
+    the symptoms     name, where, step, the fix; each marked on the loss curve
+    the curves       loss against the floor and the goal; p_correct; gradient norms and update ratios by layer
+                     (lines for a few, a heat map for many); gradient reach by position; the probes' own figures
+    the datapoints   each example decoded at the first and last steps logged, the wrong tokens marked
+    the config       the keys that differ from the defaults first, the whole config folded"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import re
+import signal
+from html import escape
+from pathlib import Path
+
+from harness.report.html import (
+    Chart,
+    Level,
+    Mark,
+    Series,
+    badge,
+    heat_map,
+    image,
+    line_chart,
+    missing,
+    number,
+    page,
+    section,
+    table,
+)
+from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
+from harness.report.verdict import exit_code, verdict_in
+
+log = logging.getLogger(__name__)
+
+PAGE = "report.html"
+#: what each exit code tells the shell that started the run
+MEANING = {
+    0: "the run did what it was asked",
+    1: "the run failed (FAIL: the goal not reached; ERROR: the job could not run)",
+    2: "a config or input mistake, before any run",
+    3: "the preflight failed: no step was trained",
+    4: "a NaN or inf stopped training",
+    5: "training showed symptoms, and probes.symptoms.fail=true makes them fail the run",
+}
+#: the statuses the preflight's rows are shown in: failures first
+ROW_ORDER = {"FAIL": 0, "WARN": 1, "SKIP": 2}
+#: the curves drawn, by metrics.csv column
+LOSSES = {"train/loss": "training loss", "val/loss": "validation loss"}
+P_CORRECT = {"logit/p_correct": "p(correct), training batch", "val/p_correct": "p(correct), validation"}
+#: a parameter's series at most this many are drawn as lines; more, as a heat map
+FEW = 8
+
+
+def natural(name: str) -> list:
+    """blocks.2 before blocks.10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def wanted(name: str) -> bool:
+    if name in LOSSES or name in P_CORRECT:
+        return True
+    kind, _, param = name.partition("/")
+    return kind in ("grad_norm", "update_ratio") and param not in ("total", "missing", "dead")
+
+
+def sentence(v: dict, goal: float | None) -> str:
+    """The verdict in one sentence."""
+    status, steps = v.get("status"), v.get("steps")
+    model = v.get("model") or "the model"
+    if v.get("model_group") and v["model_group"].lower() != model.lower():
+        model += f" ({v['model_group']})"
+    on = (
+        f"on n={v['n']} {v.get('data') or ''} examples"
+        if v.get("mode") == "overfit"
+        else f"on {v.get('data')}"
+    )
+    if v.get("mode") == "eval":
+        return f"{model} evaluated from {v.get('checkpoint')}: validation loss {number(v.get('val_loss'))}."
+    if v.get("mode") == "doctor":
+        return f"The doctor's diagnosis of {model}: {v.get('diagnosis')}."
+    loss = f"final loss {number(v.get('final_loss'))}"
+    took = (
+        f"{steps} steps, {number(v.get('seconds'), 3)} s"
+        if v.get("seconds") is not None
+        else f"{steps} steps"
+    )
+    failed = [c["name"] for c in v.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"]
+    symptoms = sorted({s["name"] for s in v.get("symptoms") or [] if isinstance(s, dict) and "name" in s})
+    if status == "PASS":
+        return f"{model} {on} reached the goal in {took}: {loss}, goal {number(goal)}."
+    if status == "FAIL":
+        return f"{model} {on} did not reach the goal in {took}: {loss}, goal {number(goal)}."
+    if status == "DONE":
+        return f"{model} trained {took} {on}: {loss}, validation loss {number(v.get('val_loss'))}."
+    if status == "PREFLIGHT_FAIL":
+        return f"The preflight failed {len(failed)} check(s) ({', '.join(failed) or 'as training started'}): {model} was not trained."
+    if status == "NONFINITE":
+        where = v.get("nonfinite") or {}
+        return f"A NaN or inf reached the gradients at step {where.get('step')} in {where.get('where')}: {model} stopped before that step's update."
+    if status == "INTERRUPTED":
+        name = signal.Signals(v["signal"]).name if isinstance(v.get("signal"), int) else "a signal"
+        return f"{model} {on} was stopped by {name} after {steps} steps."
+    if status == "SYMPTOM":
+        return f"{model} {on} trained ({took}, {v.get('judged', 'no failure')}) but showed {', '.join(symptoms)}."
+    if status == "ERROR":
+        return f"The job could not run: {v.get('error') or 'no cause recorded'}."
+    return f"{model} {on}: {status}."
+
+
+def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
+    """What to type or read next, where the run failed or stopped."""
+    status = v.get("status")
+    command = " ".join(["python train.py", *overrides])
+    if status == "FAIL":
+        return (
+            "Read the symptoms and the curves below. `python train.py experiment=doctor` with this run's model "
+            "compares it with the simple substitute (model=rnn) and names the likelier fault."
+        )
+    if status == "PREFLIGHT_FAIL":
+        return "Fix what each FAIL row of the preflight below names; `preflight=warn` trains all the same."
+    if status == "NONFINITE":
+        return "Lower optim.lr, clip gradients (trainer.gradient_clip_val=1.0), or run with debug=anomaly to see the operation."
+    if status == "INTERRUPTED":
+        ckpt = v.get("checkpoint") or (
+            str(run_dir / "checkpoints" / "last.ckpt")
+            if (run_dir / "checkpoints" / "last.ckpt").is_file()
+            else None
+        )
+        if not ckpt:
+            return f"No checkpoint was kept: start it again with `{command}`."
+        return f"Resume from the checkpoint: `{command} ckpt_path={ckpt}`."
+    if status == "SYMPTOM":
+        return (
+            "Each symptom below names a fix; probes.symptoms.fail=false reports them without failing the run."
+        )
+    if status == "ERROR":
+        return f"The traceback is in {run_dir / 'train.log'}."
+    return ""
+
+
+def verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[str]) -> str:
+    if v is None:
+        told = (
+            why
+            or f"{run_dir / 'verdict.json'}: not written (the run has not ended, or was killed before it could)"
+        )
+        return f'<h1 id="verdict">{badge("MISSING")} {escape(run_dir.name)}</h1>{missing(told)}'
+    try:
+        code = exit_code(v)
+    except (KeyError, TypeError):  # INTERRUPTED with no signal recorded, a status of no known code
+        code = 1
+    meaning = MEANING.get(code, "stopped by a signal (128 + its number); the verdict says which")
+    then = next_step(v, run_dir, overrides)
+    return (
+        f'<h1 id="verdict">{badge(v.get("status"))} {escape(sentence(v, goal))}</h1>'
+        f'<p class="exit">exit code {code}: {escape(meaning)}. Run dir: <code>{escape(str(run_dir))}</code></p>'
+        + (f'<p class="next">Next: {escape(then)}</p>' if then else "")
+        + "".join(f"<p>{escape(str(line))}</p>" for line in v.get("evidence") or [])  # the doctor's reasons
+    )
+
+
+def preflight_part(v: dict | None) -> str:
+    rows = [c for c in (v or {}).get("checks") or [] if isinstance(c, dict)]
+    if not rows:
+        return missing(
+            "no preflight rows: the preflight was off (preflight=false), or the run stopped before it"
+        )
+    rows = sorted(rows, key=lambda c: ROW_ORDER.get(c.get("status"), 3))
+    cells = [
+        [str(c.get("name")), ("html", badge(c.get("status"))), c.get("seconds"), str(c.get("detail", ""))]
+        for c in rows
+    ]
+    return table(
+        ["check", "status", "seconds", "detail"], cells, "preflight", [str(c.get("status")) for c in rows]
+    )
+
+
+def symptoms_part(v: dict | None) -> str:
+    found = [s for s in (v or {}).get("symptoms") or [] if isinstance(s, dict)]
+    if not found:
+        return missing("none seen")
+    cells = [
+        [s.get("name"), s.get("where"), s.get("step"), s.get("value"), s.get("detail"), s.get("suggestion")]
+        for s in found
+    ]
+    return table(
+        ["symptom", "where", "step", "value", "what was measured", "the fix"], cells, "symptom-table"
+    )
+
+
+def per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
+    names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=natural)
+    if not names:
+        return missing(f"{title}: not recorded")
+    series = {name: dict(curves[f"{kind}/{name}"]) for name in names}
+    if len(names) <= FEW:
+        lines = [Series(name, sorted(points.items())) for name, points in series.items()]
+        return line_chart(Chart(title, "step", y_label, log_y=True), lines)
+    steps = sorted({step for points in series.values() for step in points})
+    return heat_map(title, names, steps, [[series[n].get(s) for s in steps] for n in names])
+
+
+def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
+    curves, parts = metrics.curves, []
+    if metrics.problem:
+        parts.append(missing(metrics.problem))
+    found = [
+        s for s in (v or {}).get("symptoms") or [] if isinstance(s, dict) and isinstance(s.get("step"), int)
+    ]
+    marks = [Mark(s["step"], s.get("name", "?")) for s in found]
+    levels = []
+    floor = (v or {}).get("floor")
+    if isinstance(floor, (int, float)):
+        levels.append(Level(floor, f"floor {number(floor)}"))
+    if isinstance(goal, (int, float)):
+        levels.append(Level(goal, f"goal {number(goal)}"))
+    losses = [Series(label, curves.get(key, []), key == "val/loss") for key, label in LOSSES.items()]
+    parts.append(line_chart(Chart("loss", "step", "loss", log_y=True), losses, marks, levels))
+    p_correct = [Series(label, curves.get(key, [])) for key, label in P_CORRECT.items()]
+    parts.append(line_chart(Chart("probability on the right answer", "step", "p(correct)"), p_correct, marks))
+    parts.append(per_layer("grad_norm", "gradient norm by parameter", curves, "‖grad‖"))
+    parts.append(per_layer("update_ratio", "update ratio ‖Δw‖/‖w‖ by parameter", curves, "‖Δw‖/‖w‖"))
+    grads = (v or {}).get("grad_by_position") or {}
+    reach = [
+        Series(
+            f"{when} (reach {number((v or {}).get('reach_' + when), 3)})",
+            [(t, g) for t, g in enumerate(values) if isinstance(g, (int, float))],
+        )
+        for when, values in grads.items()
+        if isinstance(values, list)
+    ]
+    title = "gradient reach: ‖∂L/∂input‖ by position"
+    parts.append(
+        line_chart(Chart(title, "position", "‖∂L/∂e_t‖", log_y=True), reach)
+        if reach
+        else missing(f"{title}: not recorded")
+    )
+    figures = sorted(run_dir.glob("*.png"))
+    parts += [image(path, f"{path.name} (drawn by the probes)") for path in figures]
+    return "\n".join(parts)
+
+
+def marked(target: str, prediction: str) -> str:
+    """The prediction, each position where it differs from the target marked (the masked '·' never is)."""
+    if len(target) == len(prediction):
+        return "".join(
+            escape(p) if t == p or t == "·" else f"<mark>{escape(p)}</mark>"
+            for t, p in zip(target, prediction, strict=True)
+        )
+    out = []
+    for op, _, _, j1, j2 in difflib.SequenceMatcher(a=target, b=prediction, autojunk=False).get_opcodes():
+        text = escape(prediction[j1:j2])
+        out.append(text if op == "equal" else f"<mark>{text}</mark>")
+    return "".join(out)
+
+
+def datapoints_part(path: Path) -> str:
+    if not path.is_file():
+        return missing(
+            f"{path.name}: not written (probes.datapoints off, or the run stopped before its first dump)"
+        )
+    rows, bad = [], 0
+    try:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                rows.append(row) if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+            except json.JSONDecodeError:
+                bad += 1
+    except OSError as err:
+        return missing(f"{path.name}: cannot be read ({err})")
+    damaged = [missing(f"{bad} line(s) of {path.name} not JSON, left out")] if bad else []
+    if not rows:
+        return "\n".join([missing(f"{path.name}: no rows"), *damaged])
+    steps, parts = sorted({r["step"] for r in rows}), damaged
+    for step in dict.fromkeys((steps[0], steps[-1])):
+        cells = []
+        for r in (r for r in rows if r["step"] == step):
+            target, prediction = str(r.get("target", "")), str(r.get("prediction", ""))
+            cells.append(
+                [
+                    str(r.get("split", "")),
+                    r.get("index"),
+                    ("html", f'<span class="text">{escape(str(r.get("input", "")))}</span>'),
+                    ("html", f'<span class="text">{escape(target)}</span>'),
+                    ("html", f'<span class="text">{marked(target, prediction)}</span>'),
+                    r.get("loss"),
+                ]
+            )
+        parts.append(
+            f"<h3>step {step}</h3>"
+            + table(["split", "example", "input", "target", "prediction", "loss"], cells)
+        )
+    return "\n".join(parts)
+
+
+def config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] | None) -> str:
+    if cfg is None:
+        return missing(why or ".hydra/config.yaml: not written")
+    values = flat(cfg)
+    given = f"<p>Command line: <code>{escape(' '.join(['python train.py', *overrides]))}</code></p>"
+    if defaults is None:
+        changed = missing("the defaults could not be composed here: the whole config is below")
+    else:
+        rows = [
+            [k, v, defaults.get(k, "(not in the defaults)")]
+            for k, v in values.items()
+            if defaults.get(k) != v
+        ]
+        rows += [[k, "(not in this run)", v] for k, v in defaults.items() if k not in values]
+        changed = (
+            table(["key", "this run", "default"], rows, "config-changed")
+            if rows
+            else missing("every key at its default")
+        )
+    whole = table(["key", "value"], [[k, v] for k, v in values.items()])
+    return (
+        f"{given}{changed}<details><summary>the whole config ({len(values)} keys)</summary>{whole}</details>"
+    )
+
+
+def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
+    """report.html of `run_dir`, from whatever the run left there; `defaults`: compose conf/ to tell the keys
+    that differ from its defaults."""
+    run_dir = Path(run_dir)
+    v, why = verdict_in(run_dir)
+    (cfg, bad_cfg), (hydra, _) = (
+        yaml_in(run_dir / ".hydra/config.yaml"),
+        yaml_in(run_dir / ".hydra/hydra.yaml"),
+    )
+    given, _ = yaml_in(run_dir / ".hydra/overrides.yaml", listed=True)
+    overrides = [str(o) for o in given or []]
+    target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
+    goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
+    metrics = read_metrics(run_dir / "metrics.csv", wanted)
+    known = defaults_for(hydra) if defaults and cfg is not None else None
+    sections = [
+        verdict_part(v, why, run_dir, goal, overrides),
+        section("preflight", "Preflight", preflight_part(v)),
+        section("symptoms", "Symptoms", symptoms_part(v)),
+        section("curves", "Curves", curves_part(v, metrics, goal, run_dir)),
+        section("datapoints", "Datapoints", datapoints_part(run_dir / "datapoints.jsonl")),
+        section("config", "Config", config_part(cfg, bad_cfg, overrides, known)),
+    ]
+    status = (v or {}).get("status")
+    return replaced(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))
+
+
+def replaced(path: Path, text: str) -> Path:
+    """Write `path` whole or not at all: a reader (a browser left open on it) never sees half a page."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, path)
+    return path
+
+
+def written(run_dir: Path) -> Path | None:
+    """report.html of `run_dir`, logged; a page that cannot be written is a warning, never the run's failure."""
+    try:
+        path = write_run_page(run_dir)
+    except Exception as err:  # the verdict is written already: a page is not worth losing the exit code for
+        log.warning("report.html not written: %s: %s", type(err).__name__, err)
+        return None
+    log.info("page: %s", path)
+    return path

@@ -1,0 +1,66 @@
+"""A sweep's page: report.html in the sweep dir, beside summary.md. The summary table, sortable by any column, each
+row linked to its job's own page; the sweep's plots inline. A job with no page of its own (killed before it could
+write one, or run by an older harness) gets one written now, from what it left, so that every link leads somewhere.
+Written with the summary (harness.report.summary) and rebuilt with it by `python -m harness.report <sweep dir>`."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from harness.report.html import badge, image, missing, page, section, table
+from harness.report.run_page import PAGE, replaced, written
+
+
+def write_sweep_page(
+    sweep_dir: Path, jobs: list, columns: list[str], headline: str, plots: tuple[str, ...]
+) -> Path:
+    """report.html of `sweep_dir` from the summary's `jobs` (harness.report.summary.Job): `columns` of each row,
+    `headline` (the summary's status line) above, `plots` (PNG names in the sweep dir) below."""
+    sweep_dir = Path(sweep_dir)
+    rows, statuses = [], []
+    for job in jobs:
+        name = str(job.row["job"])
+        if not (sweep_dir / name / PAGE).is_file():
+            written(sweep_dir / name)
+        link = f'<a class="job" href="{escape(name)}/{PAGE}">{escape(name)}</a>'
+        cells = []
+        for key in columns:
+            value = job.row.get(key)
+            if key == "job":
+                cells.append(("html", link))
+            elif key == "status":
+                cells.append(("html", badge(value), value))
+            else:
+                cells.append(
+                    value if isinstance(value, (int, float)) else ("" if value is None else str(value))
+                )
+        rows.append(cells)
+        statuses.append(str(job.row["status"]))
+    order = list(columns)
+    if "job" in order:  # the link first: the row's way to its job
+        order.insert(0, order.pop(order.index("job")))
+        rows = [[row[columns.index(k)] for k in order] for row in rows]
+    body = table(order, rows, "summary", statuses) if rows else missing("no job dirs in this sweep")
+    figures = [image(sweep_dir / name, name) for name in plots if (sweep_dir / name).is_file()]
+    worst = next(
+        (
+            s
+            for s in ("ERROR", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED", "MISSING")
+            if s in statuses
+        ),
+        None,
+    )
+    status = worst or ("PASS" if statuses else "MISSING")
+    html = page(
+        f"sweep {sweep_dir.name}",
+        status,
+        [
+            f'<h1 id="verdict">{badge(status)} Sweep {escape(sweep_dir.name)}</h1><p>{escape(headline)}</p>'
+            f"<p>Sweep dir: <code>{escape(str(sweep_dir))}</code>. Click a column's header to sort by it; a job's "
+            "name opens its own page.</p>",
+            section("jobs", "Jobs", body),
+            section("plots", "Plots", "\n".join(figures) or missing("no plots drawn")),
+        ],
+    )
+    return replaced(sweep_dir / PAGE, html)
