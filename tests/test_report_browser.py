@@ -5,6 +5,7 @@ saved (tests/browser.py screenshot_dir; `make screenshots` copies those the docs
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -61,6 +62,13 @@ def test_the_page_of_a_passing_run(browser, tmp_path, data_root):
         sort + "[...document.querySelectorAll('#preflight tbody td:nth-child(3)')].map(c => +c.dataset.sort)"
     )
     assert order == sorted(order) and len(order) > 10
+    whole = "document.querySelectorAll('#config table')[1]"  # a table after the first sorts as well
+    visit.evaluate(f"{whole}.querySelector('th').click()")
+    keys = visit.evaluate(f"[...{whole}.tBodies[0].rows].map(r => r.cells[0].textContent)")
+    ordered = visit.evaluate(
+        f"(k => k.every((x, i) => i === 0 || k[i - 1].localeCompare(x) <= 0))({json.dumps(keys)})"
+    )
+    assert ordered and visit.exceptions == [], visit.exceptions
 
 
 def test_the_page_of_a_run_the_preflight_stopped(browser, tmp_path, data_root):

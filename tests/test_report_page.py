@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from harness.report.charts import png, thinned
 from harness.report.command import main as report_main
-from harness.report.html import Series, png, thinned
 from harness.report.run_page import PAGE, marked, sentence, write_run_page
 from harness.report.summary import write_summary
 from tests.conftest import needs_probes
@@ -108,7 +108,7 @@ def test_a_run_page_puts_the_verdict_first_then_the_failed_checks_whole(tmp_path
     html = write_run_page(run_dir(tmp_path)).read_text()
     assert html.index('id="verdict"') < html.index('id="preflight"') < html.index('id="symptoms"')
     head = html.split('id="preflight"', 1)[0]
-    assert "FAIL" in head and "did not reach the goal in 60 steps" in head and "goal 0.12" in head
+    assert ">FAIL</span>" in head and "did not reach the goal in 60 steps" in head and "goal 0.12" in head
     assert "exit code 1" in head and 'class="next"' in head  # what to do next, where it failed
     assert statuses(html, "preflight") == ["FAIL", "WARN", "SKIP", "PASS"]
     assert "x" * 600 in html  # each detail whole
@@ -124,7 +124,7 @@ def test_the_curves_mark_the_symptoms_and_many_layers_are_a_heat_map(tmp_path):
         and "floor 0.1" in curves
     )
     assert curves.count('<img alt="gradient norm by parameter"') == 1  # 12 parameters: a heat map
-    assert "grad_norm/total" not in curves and "blocks.11.weight" in curves
+    assert 'title="total"' not in curves and 'title="blocks.11.weight"' in curves  # parameters only
     assert "clip" in html.split('id="symptoms"', 1)[1].split("</section>", 1)[0]  # the fix
     few = write_run_page(run_dir(tmp_path / "few", params=3)).read_text()
     assert 'alt="gradient norm by parameter"' not in few and 'aria-label="gradient norm by parameter"' in few
@@ -134,7 +134,8 @@ def test_the_datapoints_show_the_first_and_last_steps_with_the_wrong_tokens_mark
     html = write_run_page(run_dir(tmp_path)).read_text()
     part = html.split('id="datapoints"', 1)[1].split("</section>", 1)[0]
     assert "<h3>step 0</h3>" in part and "<h3>step 40</h3>" in part and "<h3>step 20</h3>" not in part
-    assert "··<mark>q</mark>y" in part and "··xy</span>" in part
+    first, last = part.split("<h3>step 40</h3>")
+    assert "··<mark>q</mark>y" in first and "<mark>" not in last  # step 40 predicts every token right
     assert marked("··xy", "··ab") == "··<mark>a</mark><mark>b</mark>"
     assert marked("hello", "help") == "hel<mark>p</mark>"  # tokens of another width: the differing span
 
@@ -197,7 +198,7 @@ def test_a_sweep_page_links_every_job_to_its_page_and_shows_a_missing_one(tmp_pa
             )
     html = write_summary(sweep, plots=False)["html"].read_text()
     links = re.findall(r'<a class="job" href="([^"]+)">', html)
-    assert links == ["0/report.html", "1/report.html", "2/report.html"]
+    assert links == ["./0/report.html", "./1/report.html", "./2/report.html"]
     assert all((sweep / link).is_file() for link in links)  # a job without a page got one
     assert statuses(html, "summary") == ["PASS", "INTERRUPTED", "MISSING"]
     assert "MISSING" in (sweep / "2" / PAGE).read_text()
@@ -207,8 +208,8 @@ def test_a_long_curve_is_thinned_keeping_its_spikes():
     points = [(step, 1.0) for step in range(20_000)]
     points[12_345] = (12_345, 1e6)
     kept = thinned(points)
-    assert len(kept) <= 600 and (12_345, 1e6) in kept and kept == sorted(kept)
-    assert Series("s", kept).points[0] == (0, 1.0)
+    assert len(kept) <= 602 and (12_345, 1e6) in kept and kept == sorted(kept)
+    assert kept[0] == (0, 1.0) and kept[-1] == (19_999, 1.0)  # the curve's ends
 
 
 def test_the_heat_maps_png_reads_back_with_an_imaging_library():
@@ -265,3 +266,63 @@ BASE = {"model": "GPT", "model_group": "gpt", "mode": "overfit", "n": 2, "data":
 )
 def test_the_verdict_sentence_of_each_kind_of_ending(values, phrase):
     assert phrase in sentence({**BASE, **values}, goal=0.02)
+
+
+def test_a_page_that_fails_or_is_signalled_leaves_the_run_as_it_ended(tmp_path, monkeypatch, caplog):
+    """The page comes after the verdict: a write that fails is a warning, a signal meanwhile only noted; nothing
+    escapes the job's record (whose caller exits with the verdict's code)."""
+    import os
+    import signal
+    import time
+
+    import harness.report.run_page as run_page
+    from harness.signals import SignalGate
+    from harness.tasks.job import recorded
+
+    run = run_dir(tmp_path)
+
+    def broken(run_dir):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(run_page, "write_run_page", broken)
+    with recorded(run, sweeping=False) as record:
+        record.verdict = {"status": "FAIL"}
+    assert "report.html not written: OSError: disk full" in caplog.text
+
+    def signalled(run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here
+        return broken(run_dir)
+
+    monkeypatch.setattr(run_page, "write_run_page", signalled)
+    gate = SignalGate()
+    gate.install()
+    try:
+        with recorded(run, sweeping=False) as record:
+            record.verdict = {"status": "FAIL"}
+    finally:
+        gate.restore()
+    assert gate.received == signal.SIGTERM and record.verdict == {"status": "FAIL"}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"checks": [{"status": "FAIL"}, {"name": 3, "status": ["FAIL"]}]},  # a row with no name, odd types
+        {"status": "INTERRUPTED", "signal": 999, "evidence": 5, "mode": "overfit"},  # no n, no such signal
+        {"symptoms": [{"name": "loss_spike", "step": 10**400}]},  # a step no axis can hold
+    ],
+)
+def test_verdict_fields_of_odd_shapes_cost_one_part_of_the_page_at_most(damage, tmp_path):
+    run = run_dir(tmp_path)
+    values = json.loads((run / "verdict.json").read_text())
+    values.update(damage)
+    values.pop("n", None)
+    (run / "verdict.json").write_text(json.dumps(values))
+    with open(run / "metrics.csv", "a") as f:
+        f.write("inf,1.0\n1e400,2.0\n")  # steps no int holds
+    (run / "datapoints.jsonl").write_text("[" * 100_000 + "\n")
+    (run / "odd.png").mkdir()  # a folder named like a figure
+    assert report_main([str(run)]) == 0
+    html = (run / PAGE).read_text()
+    assert html.count("could not be drawn") <= 1 and 'id="config"' in html and "not JSON, left out" in html

@@ -164,6 +164,14 @@ class Held:
             raise Interrupted(gate.received)
 
 
+class Noted(Held):
+    """Inside, a signal is only noted, and stays so on leaving: for the work after a run's verdict is written (its
+    page), which a signal must not turn into another exit code."""
+
+    def check(self) -> None:
+        return
+
+
 class CalmStart(Held):
     """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
     also blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own.

@@ -7,7 +7,8 @@
     run_page.py          a run's page, report.html: the verdict, the preflight, symptoms, curves, datapoints, config
     sweep_page.py        a sweep's page, report.html: the summary table linked to each job's page, the plots
     run_files.py         a run dir's files read back, whatever is damaged: .hydra/ YAML, metrics.csv, the defaults
-    html.py              the pages' pieces: one self-contained file, charts as inline SVG, heat maps as inline PNG
+    html.py              the pages' pieces: one self-contained file, its tables, style and script
+    charts.py            the pages' charts, without matplotlib: lines as inline SVG, heat maps as an inline PNG
     command.py           `python -m harness.report <run dir | sweep dir>` rebuilds a run's page or a sweep's summary
     optimized_metric.py  the number a hyperparameter search optimizes, and the sweeper's rules
 

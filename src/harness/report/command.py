@@ -19,10 +19,8 @@ def is_run(folder: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """Rebuild the page of a run dir, or the summary and page of a sweep dir; exit 2 on a path that is neither."""
-    from harness.report.run_page import write_run_page
-    from harness.report.summary import collect, write_summary
-
+    """Rebuild the page of a run dir, or the summary and page of a sweep dir; exit 2 on a path that is neither, 1
+    where it cannot be written."""
     if len(argv) != 1 or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2
@@ -33,6 +31,17 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        return rebuilt(folder)
+    except OSError as err:  # a folder that cannot be written to (read-only, a page path that is a folder)
+        print(f"error: {folder}: cannot write there ({type(err).__name__}: {err})", file=sys.stderr)
+        return 1
+
+
+def rebuilt(folder: Path) -> int:
+    from harness.report.run_page import write_run_page
+    from harness.report.summary import collect, write_summary
+
     if is_run(folder):
         print(f"written: {write_run_page(folder)}")
         return 0

@@ -53,10 +53,24 @@ class Metrics:
     problem: str = ""
 
 
-def read_metrics(path: Path, wanted) -> Metrics:
+def last_step(path: Path, at: int) -> int:
+    """The step of the last row of `path` that parses (read from its tail: a file of any length costs the same)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 65536))
+        tail = f.read().decode("utf-8", errors="replace").splitlines()[1:]
+    for row in reversed(list(csv.reader(tail))):
+        try:
+            return int(float(row[at]))
+        except (ValueError, IndexError, OverflowError):
+            continue
+    return 0
+
+
+def read_metrics(path: Path, wanted, sampled=lambda name: False, most: int = 2000) -> Metrics:
     """The columns of `path` (Lightning's CSVLogger: a row per metric kind, a column per key) for which
-    `wanted(name)` holds. A row that does not parse (a job killed mid-write) is skipped; a file that cannot be read
-    keeps the points read until then and says why."""
+    `wanted(name)` holds; those for which `sampled(name)` holds at most `most` steps of them, evenly spaced (the
+    many per-layer columns of a long run: a page's cost and memory stay bounded). A row that does not parse (a job
+    killed mid-write) is skipped; a file that cannot be read keeps the points read until then and says why."""
     metrics = Metrics()
     if not path.is_file():
         metrics.problem = (
@@ -72,14 +86,16 @@ def read_metrics(path: Path, wanted) -> Metrics:
                 metrics.problem = f"{path.name}: no header with a step column; not a metrics file"
                 return metrics
             at = header.index("step")
+            every = max(1, -(-last_step(path, at) // most))
             columns = [(i, name) for i, name in enumerate(header) if wanted(name)]
+            always = [(i, name) for i, name in columns if not sampled(name)]
             curves = {name: [] for _, name in columns}
             for row in rows:
                 try:
                     step = int(float(row[at]))
-                except (ValueError, IndexError):
+                except (ValueError, IndexError, OverflowError):
                     continue
-                for i, name in columns:
+                for i, name in columns if step % every == 0 else always:
                     if i < len(row) and row[i]:
                         try:
                             curves[name].append((step, float(row[i])))

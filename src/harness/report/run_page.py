@@ -15,29 +15,16 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import os
 import re
+import shlex
 import signal
 from html import escape
 from pathlib import Path
 
-from harness.report.html import (
-    Chart,
-    Level,
-    Mark,
-    Series,
-    badge,
-    heat_map,
-    image,
-    line_chart,
-    missing,
-    number,
-    page,
-    section,
-    table,
-)
+from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
+from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
-from harness.report.verdict import exit_code, verdict_in
+from harness.report.verdict import exit_code, verdict_in, write_whole
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +52,35 @@ def natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def wanted(name: str) -> bool:
-    if name in LOSSES or name in P_CORRECT:
-        return True
+def per_parameter(name: str) -> bool:
     kind, _, param = name.partition("/")
     return kind in ("grad_norm", "update_ratio") and param not in ("total", "missing", "dead")
+
+
+def wanted(name: str) -> bool:
+    return name in LOSSES or name in P_CORRECT or per_parameter(name)
+
+
+def listed(value) -> list:
+    """A verdict field that should be a list, whatever a fork's code wrote there."""
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def signal_name(number) -> str:
+    try:
+        return signal.Signals(number).name
+    except (TypeError, ValueError):
+        return "a signal"
 
 
 def sentence(v: dict, goal: float | None) -> str:
     """The verdict in one sentence."""
     status, steps = v.get("status"), v.get("steps")
-    model = v.get("model") or "the model"
-    if v.get("model_group") and v["model_group"].lower() != model.lower():
+    model = str(v.get("model") or "the model")
+    if v.get("model_group") and str(v["model_group"]).lower() != model.lower():
         model += f" ({v['model_group']})"
     on = (
-        f"on n={v['n']} {v.get('data') or ''} examples"
+        f"on n={v.get('n')} {v.get('data') or ''} examples"
         if v.get("mode") == "overfit"
         else f"on {v.get('data')}"
     )
@@ -88,13 +89,13 @@ def sentence(v: dict, goal: float | None) -> str:
     if v.get("mode") == "doctor":
         return f"The doctor's diagnosis of {model}: {v.get('diagnosis')}."
     loss = f"final loss {number(v.get('final_loss'))}"
-    took = (
-        f"{steps} steps, {number(v.get('seconds'), 3)} s"
-        if v.get("seconds") is not None
-        else f"{steps} steps"
+    took = f"{steps} steps" + (f", {number(v.get('seconds'), 3)} s" if v.get("seconds") is not None else "")
+    failed = [
+        str(c.get("name")) for c in v.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"
+    ]
+    symptoms = sorted(
+        {str(s["name"]) for s in v.get("symptoms") or [] if isinstance(s, dict) and "name" in s}
     )
-    failed = [c["name"] for c in v.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"]
-    symptoms = sorted({s["name"] for s in v.get("symptoms") or [] if isinstance(s, dict) and "name" in s})
     if status == "PASS":
         return f"{model} {on} reached the goal in {took}: {loss}, goal {number(goal)}."
     if status == "FAIL":
@@ -102,13 +103,16 @@ def sentence(v: dict, goal: float | None) -> str:
     if status == "DONE":
         return f"{model} trained {took} {on}: {loss}, validation loss {number(v.get('val_loss'))}."
     if status == "PREFLIGHT_FAIL":
-        return f"The preflight failed {len(failed)} check(s) ({', '.join(failed) or 'as training started'}): {model} was not trained."
+        which = f"failed {', '.join(failed)}" if failed else "failed as training started"
+        return f"The preflight {which}: {model} was not trained."
     if status == "NONFINITE":
-        where = v.get("nonfinite") or {}
-        return f"A NaN or inf reached the gradients at step {where.get('step')} in {where.get('where')}: {model} stopped before that step's update."
+        where = v.get("nonfinite") if isinstance(v.get("nonfinite"), dict) else {}
+        return (
+            f"A NaN or inf reached the gradients at step {where.get('step')} in {where.get('where')}: {model} "
+            "stopped before that step's update."
+        )
     if status == "INTERRUPTED":
-        name = signal.Signals(v["signal"]).name if isinstance(v.get("signal"), int) else "a signal"
-        return f"{model} {on} was stopped by {name} after {steps} steps."
+        return f"{model} {on} was stopped by {signal_name(v.get('signal'))} after {steps} steps."
     if status == "SYMPTOM":
         return f"{model} {on} trained ({took}, {v.get('judged', 'no failure')}) but showed {', '.join(symptoms)}."
     if status == "ERROR":
@@ -119,7 +123,9 @@ def sentence(v: dict, goal: float | None) -> str:
 def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
     """What to type or read next, where the run failed or stopped."""
     status = v.get("status")
-    command = " ".join(["python train.py", *overrides])
+    command = shlex.join(["python", "train.py", *overrides])
+    if v.get("mode") == "doctor":
+        return ""  # the diagnosis and its evidence are what to read
     if status == "FAIL":
         return (
             "Read the symptoms and the curves below. `python train.py experiment=doctor` with this run's model "
@@ -128,16 +134,16 @@ def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
     if status == "PREFLIGHT_FAIL":
         return "Fix what each FAIL row of the preflight below names; `preflight=warn` trains all the same."
     if status == "NONFINITE":
-        return "Lower optim.lr, clip gradients (trainer.gradient_clip_val=1.0), or run with debug=anomaly to see the operation."
-    if status == "INTERRUPTED":
-        ckpt = v.get("checkpoint") or (
-            str(run_dir / "checkpoints" / "last.ckpt")
-            if (run_dir / "checkpoints" / "last.ckpt").is_file()
-            else None
+        return (
+            "Lower optim.lr, clip gradients (trainer.gradient_clip_val=1.0), or run with debug=anomaly to see "
+            "the operation."
         )
+    if status == "INTERRUPTED":
+        last = run_dir / "checkpoints" / "last.ckpt"
+        ckpt = v.get("checkpoint") or (str(last) if last.is_file() else None)
         if not ckpt:
             return f"No checkpoint was kept: start it again with `{command}`."
-        return f"Resume from the checkpoint: `{command} ckpt_path={ckpt}`."
+        return f"Resume from the checkpoint: `{command} {shlex.quote(f'ckpt_path={ckpt}')}`."
     if status == "SYMPTOM":
         return (
             "Each symptom below names a fix; probes.symptoms.fail=false reports them without failing the run."
@@ -156,15 +162,15 @@ def verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[
         return f'<h1 id="verdict">{badge("MISSING")} {escape(run_dir.name)}</h1>{missing(told)}'
     try:
         code = exit_code(v)
-    except (KeyError, TypeError):  # INTERRUPTED with no signal recorded, a status of no known code
-        code = 1
-    meaning = MEANING.get(code, "stopped by a signal (128 + its number); the verdict says which")
+    except (KeyError, TypeError):  # INTERRUPTED with no signal recorded
+        code = None
+    meaning = MEANING.get(code, "stopped by a signal (128 + its number)")
     then = next_step(v, run_dir, overrides)
     return (
         f'<h1 id="verdict">{badge(v.get("status"))} {escape(sentence(v, goal))}</h1>'
-        f'<p class="exit">exit code {code}: {escape(meaning)}. Run dir: <code>{escape(str(run_dir))}</code></p>'
+        f'<p class="exit">exit code {code if code is not None else "128 + the signal"}: {escape(meaning)}. Run dir: <code>{escape(str(run_dir))}</code></p>'
         + (f'<p class="next">Next: {escape(then)}</p>' if then else "")
-        + "".join(f"<p>{escape(str(line))}</p>" for line in v.get("evidence") or [])  # the doctor's reasons
+        + "".join(f"<p>{escape(str(line))}</p>" for line in listed(v.get("evidence")))  # the doctor's reasons
     )
 
 
@@ -174,7 +180,7 @@ def preflight_part(v: dict | None) -> str:
         return missing(
             "no preflight rows: the preflight was off (preflight=false), or the run stopped before it"
         )
-    rows = sorted(rows, key=lambda c: ROW_ORDER.get(c.get("status"), 3))
+    rows = sorted(rows, key=lambda c: ROW_ORDER.get(str(c.get("status")), 3))
     cells = [
         [str(c.get("name")), ("html", badge(c.get("status"))), c.get("seconds"), str(c.get("detail", ""))]
         for c in rows
@@ -216,6 +222,7 @@ def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
     found = [
         s for s in (v or {}).get("symptoms") or [] if isinstance(s, dict) and isinstance(s.get("step"), int)
     ]
+    found = [s for s in found if abs(s["step"]) < 2**53]  # a step an axis can place
     marks = [Mark(s["step"], s.get("name", "?")) for s in found]
     levels = []
     floor = (v or {}).get("floor")
@@ -244,7 +251,7 @@ def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
         if reach
         else missing(f"{title}: not recorded")
     )
-    figures = sorted(run_dir.glob("*.png"))
+    figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())
     parts += [image(path, f"{path.name} (drawn by the probes)") for path in figures]
     return "\n".join(parts)
 
@@ -274,7 +281,7 @@ def datapoints_part(path: Path) -> str:
             try:
                 row = json.loads(line)
                 rows.append(row) if isinstance(row, dict) and isinstance(row.get("step"), int) else None
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
                 bad += 1
     except OSError as err:
         return missing(f"{path.name}: cannot be read ({err})")
@@ -328,6 +335,15 @@ def config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] | 
     )
 
 
+def drawn(what: str, part, *args) -> str:
+    """One part of the page; a value of a shape no reader expected (a fork's verdict field, a number too large
+    to draw) costs that part only, said where it would have been."""
+    try:
+        return part(*args)
+    except Exception as err:
+        return missing(f"{what}: could not be drawn ({type(err).__name__}: {err})")
+
+
 def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     """report.html of `run_dir`, from whatever the run left there; `defaults`: compose conf/ to tell the keys
     that differ from its defaults."""
@@ -341,29 +357,23 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     overrides = [str(o) for o in given or []]
     target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
     goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
-    metrics = read_metrics(run_dir / "metrics.csv", wanted)
+    metrics = read_metrics(run_dir / "metrics.csv", wanted, sampled=per_parameter)
     known = defaults_for(hydra) if defaults and cfg is not None else None
     sections = [
-        verdict_part(v, why, run_dir, goal, overrides),
-        section("preflight", "Preflight", preflight_part(v)),
-        section("symptoms", "Symptoms", symptoms_part(v)),
-        section("curves", "Curves", curves_part(v, metrics, goal, run_dir)),
-        section("datapoints", "Datapoints", datapoints_part(run_dir / "datapoints.jsonl")),
-        section("config", "Config", config_part(cfg, bad_cfg, overrides, known)),
+        drawn("the verdict", verdict_part, v, why, run_dir, goal, overrides),
+        section("preflight", "Preflight", drawn("the preflight", preflight_part, v)),
+        section("symptoms", "Symptoms", drawn("the symptoms", symptoms_part, v)),
+        section("curves", "Curves", drawn("the curves", curves_part, v, metrics, goal, run_dir)),
+        section(
+            "datapoints", "Datapoints", drawn("the datapoints", datapoints_part, run_dir / "datapoints.jsonl")
+        ),
+        section("config", "Config", drawn("the config", config_part, cfg, bad_cfg, overrides, known)),
     ]
     status = (v or {}).get("status")
-    return replaced(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))
+    return write_whole(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))
 
 
-def replaced(path: Path, text: str) -> Path:
-    """Write `path` whole or not at all: a reader (a browser left open on it) never sees half a page."""
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, path)
-    return path
-
-
-def written(run_dir: Path) -> Path | None:
+def page_or_warning(run_dir: Path) -> Path | None:
     """report.html of `run_dir`, logged; a page that cannot be written is a warning, never the run's failure."""
     try:
         path = write_run_page(run_dir)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
+from urllib.parse import quote
 
 from harness.report.html import badge, image, missing, page, section, table
-from harness.report.run_page import PAGE, replaced, written
+from harness.report.run_page import PAGE, page_or_warning
+from harness.report.verdict import write_whole
 
 
 def write_sweep_page(
@@ -22,8 +24,8 @@ def write_sweep_page(
     for job in jobs:
         name = str(job.row["job"])
         if not (sweep_dir / name / PAGE).is_file():
-            written(sweep_dir / name)
-        link = f'<a class="job" href="{escape(name)}/{PAGE}">{escape(name)}</a>'
+            page_or_warning(sweep_dir / name)
+        link = f'<a class="job" href="./{escape(quote(name))}/{PAGE}">{escape(name)}</a>'
         cells = []
         for key in columns:
             value = job.row.get(key)
@@ -63,4 +65,4 @@ def write_sweep_page(
             section("plots", "Plots", "\n".join(figures) or missing("no plots drawn")),
         ],
     )
-    return replaced(sweep_dir / PAGE, html)
+    return write_whole(sweep_dir / PAGE, html)

@@ -144,13 +144,21 @@ def _plain(value):
     return value
 
 
-def write_verdict(run_dir: Path, verdict: dict) -> Path:
-    """Write `run_dir/verdict.json` atomically (a reader never sees half a file)."""
-    path = Path(run_dir) / "verdict.json"
-    staging = path.with_suffix(f".json.{os.getpid()}.tmp")
-    staging.write_text(json.dumps(_plain(verdict), indent=2) + "\n")
-    os.replace(staging, path)
+def write_whole(path: Path, text: str) -> Path:
+    """Write `path` whole or not at all (a reader never sees half a file; a failed write leaves nothing behind)."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        staging.write_text(text, encoding="utf-8")
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_verdict(run_dir: Path, verdict: dict) -> Path:
+    """Write `run_dir/verdict.json` whole (write_whole)."""
+    return write_whole(Path(run_dir) / "verdict.json", json.dumps(_plain(verdict), indent=2) + "\n")
 
 
 def parsed(run_dir: Path) -> tuple[object, str]:

@@ -122,12 +122,16 @@ def recorded(out: Path, sweeping: bool):
 
 
 def page_of(run_dir: Path) -> None:
-    """report.html of a run that ended with a verdict (rank 0's: the others share its dir or have none)."""
+    """report.html of a run that ended with a verdict (rank 0's: the others share its dir or have none). A signal
+    meanwhile is only noted: the verdict's exit code stands."""
     from harness.ranks import global_rank
-    from harness.report.run_page import written
+    from harness.signals import Noted
 
     if global_rank() == 0 and status_in(run_dir) is not None:
-        written(run_dir)
+        with Noted():
+            from harness.report.run_page import page_or_warning
+
+            page_or_warning(run_dir)
 
 
 def log_apart(rank: int, name: str = "train.log") -> None:
