@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -73,6 +74,13 @@ def test_overfit_two_examples_passes(run_train, tmp_path):
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/acc", "train/p_correct", "val/loss"} <= set(header)
     assert "preflight" in result.stderr + result.stdout and "PASS" in result.stderr + result.stdout
+    page = (run_dir / "report.html").read_text()  # the run's page: self-contained, every figure inline
+    assert '<html lang="en" data-status="PASS"' in page and "reached the goal" in page
+    assert (
+        not re.search(r"""(src|href)=["'](?!data:|#)""", page) and page.count("data:image/png;base64,") >= 3
+    )
+    assert "<h3>step 0</h3>" in page and "python train.py" in page
+    assert f"page: {run_dir / 'report.html'}" in (run_dir / "train.log").read_text()
 
 
 @pytest.mark.slow  # a whole train.py run to its step budget

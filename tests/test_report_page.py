@@ -1,6 +1,6 @@
 """The run's and the sweep's page (report.html), read as files: what each part shows, built from run dirs written
-here with the shapes a run leaves, and from one real train.py run. tests/test_report_browser.py opens real runs'
-pages in a real browser."""
+here with the shapes a run leaves (tests/test_cli.py reads a real run's page; tests/test_report_browser.py opens
+real runs' pages in a real browser)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from harness.report.charts import png, thinned
 from harness.report.command import main as report_main
 from harness.report.run_page import PAGE, marked, sentence, write_run_page
 from harness.report.summary import write_summary
-from tests.conftest import needs_probes
 
 CHECKS = [
     {"name": "gradient_flow", "status": "PASS", "detail": "all 30 tensors get a gradient", "seconds": 0.01},
@@ -217,18 +216,6 @@ def test_the_heat_maps_png_reads_back_with_an_imaging_library():
     image = Image.open(io.BytesIO(png(pixels)))
     assert image.size == (9, 5) and image.mode == "RGB"
     assert [image.getpixel((c, r)) for r in range(5) for c in range(9)] == [p for row in pixels for p in row]
-
-
-@needs_probes
-def test_a_real_run_writes_its_page_self_contained(run_train, tmp_path):
-    result = run_train("n=1", "data.length=12")
-    assert result.returncode == 0, result.stderr[-3000:]
-    html = (tmp_path / "run" / PAGE).read_text()
-    assert '<html lang="en" data-status="PASS"' in html and "reached the goal" in html
-    assert not re.search(r"""(src|href)=["'](?!data:|#)""", html)  # nothing fetched: every image inline
-    assert html.count("data:image/png;base64,") >= 3  # the probes' figures and the heat maps
-    assert "<h3>step 0</h3>" in html and 'id="config-changed"' in html
-    assert f"page: {tmp_path / 'run' / PAGE}" in (tmp_path / "run" / "train.log").read_text()
 
 
 def test_every_picture_the_readme_and_docs_show_is_there():

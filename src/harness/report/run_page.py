@@ -358,7 +358,9 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
     goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
     metrics = read_metrics(run_dir / "metrics.csv", wanted, sampled=per_parameter)
-    known = defaults_for(hydra) if defaults and cfg is not None else None
+    known = None
+    if defaults and cfg is not None:  # no override: the config is the defaults, no composing needed
+        known = defaults_for(hydra) if overrides else flat(cfg)
     sections = [
         drawn("the verdict", verdict_part, v, why, run_dir, goal, overrides),
         section("preflight", "Preflight", drawn("the preflight", preflight_part, v)),
