@@ -168,7 +168,8 @@ def verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[
     then = next_step(v, run_dir, overrides)
     return (
         f'<h1 id="verdict">{badge(v.get("status"))} {escape(sentence(v, goal))}</h1>'
-        f'<p class="exit">exit code {code if code is not None else "128 + the signal"}: {escape(meaning)}. Run dir: <code>{escape(str(run_dir))}</code></p>'
+        f'<p class="exit">exit code {code if code is not None else "128 + the signal"}: {escape(meaning)}. '
+        f"Run dir: <code>{escape(str(run_dir))}</code></p>"
         + (f'<p class="next">Next: {escape(then)}</p>' if then else "")
         + "".join(f"<p>{escape(str(line))}</p>" for line in listed(v.get("evidence")))  # the doctor's reasons
     )
@@ -252,7 +253,9 @@ def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
         else missing(f"{title}: not recorded")
     )
     figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())
-    parts += [image(path, f"{path.name} (drawn by the probes)") for path in figures]
+    parts += [
+        image(path, f"{path.name} (a figure of the run dir: the probes' and your own)") for path in figures
+    ]
     return "\n".join(parts)
 
 

@@ -13,6 +13,9 @@ from harness.report.html import badge, image, missing, page, section, table
 from harness.report.run_page import PAGE, page_or_warning
 from harness.report.verdict import write_whole
 
+#: the statuses that make a sweep's own, the worst first
+WORST_FIRST = ("ERROR", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED", "MISSING")
+
 
 def write_sweep_page(
     sweep_dir: Path, jobs: list, columns: list[str], headline: str, plots: tuple[str, ...]
@@ -45,15 +48,8 @@ def write_sweep_page(
         rows = [[row[columns.index(k)] for k in order] for row in rows]
     body = table(order, rows, "summary", statuses) if rows else missing("no job dirs in this sweep")
     figures = [image(sweep_dir / name, name) for name in plots if (sweep_dir / name).is_file()]
-    worst = next(
-        (
-            s
-            for s in ("ERROR", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED", "MISSING")
-            if s in statuses
-        ),
-        None,
-    )
-    status = worst or ("PASS" if statuses else "MISSING")
+    worst = next((s for s in WORST_FIRST if s in statuses), None)  # the sweep's badge: its worst job's
+    status = worst or ("DONE" if "DONE" in statuses else "PASS" if statuses else "MISSING")
     html = page(
         f"sweep {sweep_dir.name}",
         status,
