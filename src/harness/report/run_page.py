@@ -283,9 +283,11 @@ def datapoints_part(path: Path) -> str:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
-                rows.append(row) if isinstance(row, dict) and isinstance(row.get("step"), int) else None
             except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
                 bad += 1
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
     except OSError as err:
         return missing(f"{path.name}: cannot be read ({err})")
     damaged = [missing(f"{bad} line(s) of {path.name} not JSON, left out")] if bad else []
@@ -317,7 +319,7 @@ def config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] | 
     if cfg is None:
         return missing(why or ".hydra/config.yaml: not written")
     values = flat(cfg)
-    given = f"<p>Command line: <code>{escape(' '.join(['python train.py', *overrides]))}</code></p>"
+    given = f"<p>Command line: <code>{escape(shlex.join(['python', 'train.py', *overrides]))}</code></p>"
     if defaults is None:
         changed = missing("the defaults could not be composed here: the whole config is below")
     else:
