@@ -116,8 +116,14 @@ class Frame:
         y = math.log10(y) if self.chart.log_y else y
         return top + (1 - (y - self.y_lo) / (self.y_hi - self.y_lo)) * h
 
-    def shows(self, y) -> bool:
-        return y is not None and math.isfinite(y) and (y > 0 or not self.chart.log_y)
+
+def finite(y) -> bool:
+    return isinstance(y, (int, float)) and math.isfinite(y)
+
+
+def on_axis(y, log: bool) -> bool:
+    """Whether `y` can be drawn on the axis: a finite number, above 0 on a log axis."""
+    return finite(y) and (y > 0 or not log)
 
 
 def framed(chart: Chart, xs: list[float], ys: list[float]) -> Frame:
@@ -192,19 +198,14 @@ def floored(f: Frame, points: list[tuple[float, float]], color: str) -> str:
 def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), levels: list[Level] = ()) -> str:
     """An inline SVG of `series` with `marks` and `levels`. On a log axis a value of 0 or below is a ▼ on the
     floor; where nothing is above 0 the axis is linear."""
-
-    def finite(y) -> bool:
-        return isinstance(y, (int, float)) and math.isfinite(y)
-
     if chart.log_y and not any(finite(y) and y > 0 for s in series for _, y in s.points):
         chart = replace(chart, log_y=False)
-    probe = Frame(chart, 0, 1, 0, 1)
-    shown = [(s, sorted((x, y) for x, y in s.points if probe.shows(y))) for s in series]
+    shown = [(s, sorted((x, y) for x, y in s.points if on_axis(y, chart.log_y))) for s in series]
     floors = [sorted((x, y) for x, y in s.points if chart.log_y and finite(y) and y <= 0) for s in series]
     kept = [i for i, (_, points) in enumerate(shown) if points or floors[i]]
     if not kept:
         return missing(f"{chart.title}: nothing recorded")
-    levels = [lv for lv in levels if probe.shows(lv.y)]
+    levels = [lv for lv in levels if on_axis(lv.y, chart.log_y)]
     xs = [x for i in kept for x, _ in shown[i][1] + floors[i]] + [m.x for m in marks]
     f = framed(chart, xs, [y for _, points in shown for _, y in points] + [lv.y for lv in levels] or [1.0])
     colors = {i: PALETTE[n % len(PALETTE)] for n, i in enumerate(kept)}
