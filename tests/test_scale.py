@@ -285,6 +285,29 @@ def test_counts_that_disagree_with_torchruns_are_refused_at_the_door(
     assert stop.value.code == 2 and len(lines) == 1 and refused in lines[0], lines
 
 
+def test_torchrun_restarts_need_a_store_for_each_attempt(capsys, monkeypatch, tmp_path):
+    """torchrun --max-restarts with its one shared store: refused in one line naming torch's switch; with the switch
+    (each attempt its own store, TORCHELASTIC_USE_AGENT_STORE then False), or without restarts, allowed."""
+    torchrun = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"}
+    for name, value in {**torchrun, "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_MAX_RESTARTS": "2"}.items():
+        monkeypatch.setenv(name, value)
+    argv = ["trainer=ddp", "trainer.devices=1", "trainer.num_nodes=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    with pytest.raises(SystemExit) as stop:
+        check_overrides(argv, ROOT / "conf")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stop.value.code == 2 and len(lines) == 1, lines
+    assert (
+        lines[0].startswith("error: torchrun --max-restarts=2:")
+        and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in lines[0]
+    )
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")
+    check_overrides(argv, ROOT / "conf")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+    check_overrides(argv, ROOT / "conf")
+
+
 def test_a_cluster_job_is_not_held_to_this_machine(monkeypatch):
     """On the login node: 8 GPUs a job, 2 machines, none of it here; the job checks its devices where it runs."""
     check_overrides(

@@ -178,10 +178,12 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
     """Under torchrun with several processes, one run: not a sweep (each process would run every job), and in one
     run dir every process names alike. Each process composes its own config, and a dir named by the time (the
     default, `${now:...}`) differs between them: rank 0's verdict and checkpoints would land in one folder, the
-    other ranks' logs (and a distributed checkpoint's shards) in others. `hydra_cfg`: the composed hydra node."""
+    other ranks' logs (and a distributed checkpoint's shards) in others. `hydra_cfg`: the composed hydra node.
+    Restarts (--max-restarts) only with a store of their own each (check_restarts)."""
     started = under_torchrun()
     if started is None or started[1] == 1:
         return
+    check_restarts()
     if multirun:
         raise ConfigError(
             "hydra.mode",
@@ -196,6 +198,21 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
             named,
             f"torchrun started {started[1]} processes and each names that folder by its own clock; "
             "give them one: hydra.run.dir=<a folder every machine sees>",
+        )
+
+
+def check_restarts() -> None:
+    """torchrun --max-restarts keeps, by default, one store for every attempt of the job (its agent's, shared with
+    the rendezvous), though torch's process group counts on a new one each time: a restarted rank can read the
+    address a rank of the last attempt published there, and its first collective fail ("Connection refused") or
+    wait for good. torch's own switch gives each attempt its store; refused in one line without it."""
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if restarts > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise ConfigError(
+            "torchrun --max-restarts",
+            restarts,
+            "its restarted ranks would read the last attempt's addresses from the one store it keeps, and fail "
+            "to meet; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun (a store for each attempt)",
         )
 
 
