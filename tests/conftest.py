@@ -138,21 +138,28 @@ def start_command(*command: str, cwd: Path, env: dict | None = None) -> subproce
     )
 
 
-def torchrun_nodes(*args: str, cwd: Path, name: str, timeout: float = 300) -> list[tuple[int, str]]:
+def torchrun_nodes(
+    *args: str,
+    cwd: Path,
+    name: str,
+    timeout: float = 300,
+    flags: tuple[str, ...] = (),
+    env: dict | None = None,
+) -> list[tuple[int, str]]:
     """`train.py ARGS` on two "machines" of one process each, on 127.0.0.1: two torchrun launches with --nnodes=2
-    meeting through a c10d rendezvous (`name` its id), as on a cluster. (exit code, stderr) of each launch; a hang
-    leaves no launch behind."""
+    meeting through a c10d rendezvous (`name` its id), as on a cluster; `flags` are torchrun's own (e.g.
+    --max-restarts=1), `env` added to theirs. (exit code, stderr) of each launch; a hang leaves no launch behind."""
     import socket
 
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     command = [
-        *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"),
+        *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", *flags),
         *("--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={name}"),
         *(str(ROOT / "train.py"), *args),
     ]
-    nodes = [start_command(*command, cwd=cwd) for _ in range(2)]
+    nodes = [start_command(*command, cwd=cwd, env=env) for _ in range(2)]
     try:
         errors = [node.communicate(timeout=timeout)[1] for node in nodes]
     finally:

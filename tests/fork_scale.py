@@ -274,3 +274,57 @@ class MeanOfItsOwn(Loss):
 
     def __call__(self, logits, targets, loss_mask):
         return torch.nn.functional.cross_entropy(logits[loss_mask].float(), targets[loss_mask])
+
+
+# ---------------------------------------------------------------- a rank that dies or stops
+
+
+class FaultAt(pl.Callback):
+    """A callback (+callbacks.fault) that makes rank `rank` fail as its step `step` begins: `kill` (SIGKILL, as the
+    out-of-memory killer does), `stop` (SIGSTOP: a process frozen whole), or `hang` (its main thread blocked for
+    good while its other threads run, as a read from a stuck filesystem blocks). Once a run dir: the run resumed
+    there trains on."""
+
+    def __init__(self, rank: int, step: int, fault: str = "kill"):
+        self.rank, self.step, self.fault = rank, step, fault
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import os
+        import signal
+        import threading
+
+        done = Path(trainer.default_root_dir) / f".fault_{self.rank}_{self.step}"
+        if trainer.global_rank != self.rank or trainer.global_step != self.step or done.exists():
+            return
+        import time
+
+        done.write_text(f"{time.time()}\n")  # when it struck: the test measures from here
+        if self.fault == "hang":
+            threading.Event().wait()
+        os.kill(os.getpid(), signal.SIGKILL if self.fault == "kill" else signal.SIGSTOP)
+
+
+class Slow(pl.Callback):
+    """A callback (+callbacks.slow) that makes rank `rank` slow but moving: `step_s` seconds after each step,
+    `val_s` after each validation batch, and `checkpoint_s` once inside each checkpoint's save: the others wait
+    for it in a collective meanwhile."""
+
+    def __init__(self, rank: int = 0, step_s: float = 0.0, val_s: float = 0.0, checkpoint_s: float = 0.0):
+        self.rank, self.step_s, self.val_s, self.checkpoint_s = rank, step_s, val_s, checkpoint_s
+
+    def wait(self, trainer, seconds: float) -> None:
+        import time
+
+        if trainer.global_rank == self.rank:
+            time.sleep(seconds)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.wait(trainer, self.step_s)
+
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ) -> None:
+        self.wait(trainer, self.val_s)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.wait(trainer, self.checkpoint_s)

@@ -169,8 +169,13 @@ def test_a_run_dir_holding_a_verdict_is_refused(capsys, tmp_path):
     ckpt.parent.mkdir()
     ckpt.write_bytes(b"")
     check_overrides([f"hydra.run.dir={run_dir}", "mode=full", f"ckpt_path={ckpt}"], CONF)  # resumed inside it
-    write_verdict(run_dir, "INTERRUPTED")
-    check_overrides([f"hydra.run.dir={run_dir}", "mode=full"], CONF)  # a requeued job, back in its own dir
+    for stopped in (
+        "INTERRUPTED",
+        "RANK_LOST",
+        "RANK_STALLED",
+    ):  # a requeued or restarted job, in its own dir
+        write_verdict(run_dir, stopped)
+        check_overrides([f"hydra.run.dir={run_dir}", "mode=full"], CONF)
 
 
 def test_a_sweep_dir_holding_verdicts_is_refused(capsys, tmp_path):

@@ -239,6 +239,10 @@ BASE = {"model": "GPT", "model_group": "gpt", "mode": "overfit", "n": 2, "data":
         ({"status": "DONE", "mode": "full", "val_loss": 1.5}, "validation loss 1.5"),
         ({"status": "NONFINITE", "nonfinite": {"step": 4, "where": "blocks.0"}}, "at step 4 in blocks.0"),
         ({"status": "INTERRUPTED", "signal": 2}, "stopped by SIGINT after 9 steps"),
+        (
+            {"status": "RANK_LOST", "error": "RANK_LOST after step 9: rank 1 pid 7 killed by SIGKILL"},
+            "stopped after 9 steps: RANK_LOST after step 9: rank 1 pid 7 killed by SIGKILL",
+        ),
         ({"status": "SYMPTOM", "symptoms": [{"name": "dead_units"}], "judged": "PASS"}, "showed dead_units"),
         ({"status": "ERROR", "error": "no such file"}, "could not run: no such file"),
         (

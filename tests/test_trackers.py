@@ -262,11 +262,20 @@ def test_interrupted_job_run_again_in_its_dir_resumes_last_ckpt_and_wandb_run(
 
 
 @pytest.mark.parametrize(
-    ("status", "resumes"), [("INTERRUPTED", True), ("DONE", False), ("NONFINITE", False)]
+    ("status", "resumes"),
+    [
+        ("INTERRUPTED", True),
+        ("RANK_LOST", True),
+        ("RANK_STALLED", True),
+        ("DONE", False),
+        ("NONFINITE", False),
+        ("ERROR", False),
+    ],
 )
 def test_only_an_interrupted_run_dir_is_continued(status, resumes, tmp_path):
-    """A run dir whose verdict says INTERRUPTED and that holds checkpoints/last.ckpt is continued; a finished or
-    failed run's dir, or one without the checkpoint, starts over."""
+    """A run dir whose verdict says it stopped part-way (a signal, a rank lost or stalled) and that holds
+    checkpoints/last.ckpt is continued; a finished or failed run's dir, or one without the checkpoint, starts
+    over."""
     from harness.report.verdict import write_verdict
     from harness.train.checkpoints import interrupted_here
 

@@ -125,6 +125,30 @@ def shutdown_workers(loader) -> None:
     loader._iterator = None
 
 
+def stand_down_child_observer() -> list:
+    """The processes Lightning's launcher started for this machine's other ranks (none unless this process started
+    them), its observer thread stood down: within 5 s of a rank's death it SIGKILLs this process too, before the
+    run's verdict is written. The harness's watchdog (harness.train.watchdog) watches them instead."""
+    import threading
+
+    import lightning_fabric
+
+    def stand_down():
+        procs = []
+        for thread in threading.enumerate():
+            if type(thread).__name__ == "_ChildProcessObserver":
+                procs += thread._child_processes
+                thread._child_processes = []  # its next look finds no process to watch, and it ends
+        return procs
+
+    return _private(
+        "lightning_fabric",
+        lightning_fabric.__version__,
+        "_ChildProcessObserver._child_processes",
+        stand_down,
+    )
+
+
 class _NotInstalled(importlib.metadata.DistributionFinder):
     """A finder of distributions (importlib.metadata's public protocol) that reports `names` as not installed."""
 

@@ -66,6 +66,17 @@ MODES = {
 
 
 @dataclass
+class Watchdog:
+    """A run on several processes: when a rank that died or stopped is named (harness.train.watchdog)."""
+
+    stall_s: float = 300.0  # no rank moved on this long while one waits: the ones behind are named
+    silent_s: float = (
+        10.0  # a rank whose heartbeat stopped this long is the one stopped (or frozen in C code)
+    )
+    beat_s: float = 1.0  # each rank's heartbeat, and each look at the others'
+
+
+@dataclass
 class Train:
     """conf/train.yaml's top level."""
 
@@ -90,6 +101,7 @@ class Train:
     callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
     debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
     paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir
+    watchdog: Watchdog = field(default_factory=Watchdog)
     doctor: Any = None  # experiment=doctor: {ladder, substitute, timeout} (harness.tasks.doctor)
 
 

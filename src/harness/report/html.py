@@ -26,6 +26,8 @@ STATUS_COLORS = {
     "SYMPTOM": "#bc4c00",
     "ERROR": "#cf222e",
     "INTERRUPTED": "#8250df",
+    "RANK_LOST": "#cf222e",
+    "RANK_STALLED": "#cf222e",
     "MISSING": "#8250df",
 }
 STYLE = """

@@ -24,7 +24,7 @@ from pathlib import Path
 from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
 from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
-from harness.report.verdict import exit_code, verdict_in, write_whole
+from harness.report.verdict import STOPPED, exit_code, verdict_in, write_whole
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ MEANING = {
     3: "the preflight failed: no step was trained",
     4: "a NaN or inf stopped training",
     5: "training showed symptoms, and probes.symptoms.fail=true makes them fail the run",
+    6: "a rank of the run died (RANK_LOST): the others stopped",
+    7: "a rank of the run stopped making progress (RANK_STALLED): it was ended, and the others stopped",
 }
 #: the statuses the preflight's rows are shown in: failures first
 ROW_ORDER = {"FAIL": 0, "WARN": 1, "SKIP": 2}
@@ -113,6 +115,8 @@ def sentence(v: dict, goal: float | None) -> str:
         )
     if status == "INTERRUPTED":
         return f"{model} {on} was stopped by {signal_name(v.get('signal'))} after {steps} steps."
+    if status in ("RANK_LOST", "RANK_STALLED"):
+        return f"{model} {on} stopped after {steps} steps: {v.get('error') or 'a rank was lost'}."
     if status == "SYMPTOM":
         return f"{model} {on} trained ({took}, {v.get('judged', 'no failure')}) but showed {', '.join(symptoms)}."
     if status == "ERROR":
@@ -138,7 +142,7 @@ def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
             "Lower optim.lr, clip gradients (trainer.gradient_clip_val=1.0), or run with debug=anomaly to see "
             "the operation."
         )
-    if status == "INTERRUPTED":
+    if status in STOPPED:
         last = run_dir / "checkpoints" / "last.ckpt"
         ckpt = v.get("checkpoint") or (str(last) if last.is_file() else None)
         if not ckpt:
@@ -381,9 +385,13 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
 
 
 def page_or_warning(run_dir: Path) -> Path | None:
-    """report.html of `run_dir`, logged; a page that cannot be written is a warning, never the run's failure."""
+    """report.html of `run_dir`, logged; a page that cannot be written is a warning, never the run's failure, and
+    a signal meanwhile is only noted: the verdict's exit code stands."""
+    from harness.signals import Noted
+
     try:
-        path = write_run_page(run_dir)
+        with Noted():
+            path = write_run_page(run_dir)
     except Exception as err:  # the verdict is written already: a page is not worth losing the exit code for
         log.warning("report.html not written: %s: %s", type(err).__name__, err)
         return None

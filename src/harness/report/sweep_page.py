@@ -14,7 +14,10 @@ from harness.report.run_page import PAGE, page_or_warning
 from harness.report.verdict import write_whole
 
 #: the statuses that make a sweep's own, the worst first
-WORST_FIRST = ("ERROR", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED", "MISSING")
+WORST_FIRST = (
+    *("ERROR", "RANK_LOST", "RANK_STALLED", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED"),
+    "MISSING",
+)
 
 
 def write_sweep_page(

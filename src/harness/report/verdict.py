@@ -21,6 +21,8 @@ EXIT_CODES = {
     "PREFLIGHT_FAIL": 3,
     "NONFINITE": 4,
     "SYMPTOM": 5,
+    "RANK_LOST": 6,
+    "RANK_STALLED": 7,
 }
 
 
@@ -31,14 +33,19 @@ def exit_code(verdict: dict) -> int:
     return EXIT_CODES.get(verdict["status"], 1)
 
 
+#: a run stopped part-way (a signal, a rank lost or stalled): started again in its own run dir, a mode=full run
+#: continues from its last.ckpt there (harness.train.checkpoints.interrupted_here)
+STOPPED = ("INTERRUPTED", "RANK_LOST", "RANK_STALLED")
+
 #: keys written only when they hold something: what one kind of ending adds
-WHEN_SET = ("signal", "checkpoint", "nonfinite", "error")
+WHEN_SET = ("signal", "checkpoint", "nonfinite", "error", "lost", "resume")
 
 
 @dataclass
 class Verdict:
     """One run's outcome. `status`: PASS or FAIL (overfit), DONE (full), PREFLIGHT_FAIL, NONFINITE,
-    INTERRUPTED, or ERROR (a job that could not run). `items`: what the probes add (dead_params,
+    INTERRUPTED, RANK_LOST or RANK_STALLED (a rank of several died or stopped), or ERROR (a job that could not
+    run). `items`: what the probes add (dead_params,
     grad_by_position, reach_init, reach_final, inputs_identical), written at the top level."""
 
     status: str | None = None
@@ -65,7 +72,11 @@ class Verdict:
     train_accuracy: float | None = None  # overfit mode: the n examples in train mode, re-seeded as a step
     eval_gap: str | None = None  # what a far worse eval mode means, when it is
     signal: int | None = None  # INTERRUPTED: the signal's number
-    checkpoint: str | None = None  # INTERRUPTED: where the run can resume from
+    checkpoint: str | None = None  # INTERRUPTED, RANK_LOST, RANK_STALLED: where the run can resume from
+    resume: str | None = None  # RANK_LOST, RANK_STALLED: the command that resumes it
+    lost: dict | None = (
+        None  # RANK_LOST, RANK_STALLED: {ranks: [{rank, what, pid, host, step, phase, where}], seen_by}
+    )
     nonfinite: dict | None = None  # NONFINITE: {step, where}
     error: str | None = None  # ERROR: why
     items: dict = field(default_factory=dict)
@@ -105,12 +116,14 @@ KINDS = {
             "run_dir",
             "eval_gap",
             "checkpoint",
+            "resume",
             "error",
         ),
         (str,),
     ),
     "checks": (list,),
     "nonfinite": (dict,),
+    "lost": (dict,),
     "symptoms": (list,),
     "grad_by_position": (dict,),
 }

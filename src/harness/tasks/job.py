@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.errors import ConfigError, die
-from harness.report.verdict import Verdict, exit_code, status_in
+from harness.report.verdict import STOPPED, Verdict, exit_code, status_in
 from harness.signals import Interrupted
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ def job(cfg: DictConfig) -> dict | float | None:
     if verdict is None:
         return None
     if not sweeping:
-        # a DDP rank > 0 reports through rank 0: its own non-zero exit would make Lightning kill rank 0
-        sys.exit(exit_code(verdict) if global_rank() == 0 else 0)
+        # a DDP rank > 0 reports through rank 0 (unless rank 0 was lost and this rank wrote the verdict)
+        sys.exit(exit_code(verdict) if wrote(verdict) else 0)
     if verdict["status"] == "INTERRUPTED" and handled_here():  # one job stopped by a signal stops the sweep
         mark_stopped(sweep_dir, verdict["signal"])
     if cfg.get("optimized_metric"):  # what a search (hydra/sweeper=optuna) optimizes; None: a failed trial
@@ -118,20 +118,24 @@ def recorded(out: Path, sweeping: bool):
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
     finally:
         if paged:
-            page_of(out)
+            page_of(out, writer=wrote(record.verdict))
 
 
-def page_of(run_dir: Path) -> None:
-    """report.html of a run that ended with a verdict (rank 0's: the others share its dir or have none). A signal
-    meanwhile is only noted: the verdict's exit code stands."""
+def wrote(verdict: dict | None) -> bool:
+    """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost (harness.train.watchdog)."""
     from harness.ranks import global_rank
-    from harness.signals import Noted
 
-    if global_rank() == 0 and status_in(run_dir) is not None:
-        with Noted():
-            from harness.report.run_page import page_or_warning
+    seen_by = ((verdict or {}).get("lost") or {}).get("seen_by", 0)
+    return global_rank() == seen_by
 
-            page_or_warning(run_dir)
+
+def page_of(run_dir: Path, writer: bool) -> None:
+    """report.html of a run that ended with a verdict, by the process that wrote it (rank 0, unless rank 0 was
+    lost: the others share its dir or have none). A signal meanwhile is only noted: the exit code stands."""
+    if writer and status_in(run_dir) is not None:
+        from harness.report.run_page import page_or_warning
+
+        page_or_warning(run_dir)
 
 
 def log_apart(rank: int, name: str = "train.log") -> None:
@@ -159,10 +163,10 @@ class RunDirTaken(ConfigError):
 def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
     """Refuse a run directory that holds an earlier run's verdict: this run would overwrite its metrics,
     checkpoints and verdict. Allowed: `+overwrite=true`; the same run resumed (ckpt_path inside it); a job started
-    again in the dir it was interrupted in (verdict INTERRUPTED: a requeued SLURM job; in mode=full it continues
-    from its own last.ckpt, harness.train.checkpoints.interrupted_here)."""
+    again in the dir it stopped in (verdict INTERRUPTED, RANK_LOST, RANK_STALLED: a requeued SLURM job, torchrun's
+    restart; in mode=full it continues from its own last.ckpt, harness.train.checkpoints.interrupted_here)."""
     status = status_in(Path(run_dir))
-    if status in (None, "INTERRUPTED") or cfg.get("overwrite", False) is True:
+    if status in (None, *STOPPED) or cfg.get("overwrite", False) is True:
         return
     run_dir = Path(run_dir).absolute()
     ckpt = cfg.get("ckpt_path")

@@ -31,6 +31,7 @@ from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
 from harness.seeding import seed_all
 from harness.signals import Interrupted
+from harness.tasks.lost import lost_verdict, watch_of
 from harness.tasks.validate import validate
 from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
 from harness.train.devices import SHARDED, check_devices, strategy_name
@@ -40,6 +41,7 @@ from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
 from harness.train.sharding import check_init_weights, on_meta
 from harness.train.trainer import build_callbacks, build_trainer
+from harness.train.watchdog import RankLost, RankWatch, in_log
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ def run(cfg: DictConfig, checked: bool = False) -> dict:
 @dataclass
 class Training:
     """One training task as its stages share it: the config, the run dir, the regime (overfit or full), the
-    verdict as it fills, the signal handler and when it started."""
+    verdict as it fills, the signal handler, when it started, and (several processes) the watchdog."""
 
     cfg: DictConfig
     run_dir: Path
@@ -77,6 +79,7 @@ class Training:
     verdict: Verdict
     interrupt: StopOnSignal
     started: float
+    watch: RankWatch | None = None
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
@@ -98,7 +101,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         else:
             trainer, ckpt_path, loggers = trainer_for(job, data, module, callbacks)
             job.interrupt.phase = "the start of training"
-            stopped = fit(trainer, module, data, ckpt_path, loggers)
+            stopped = fit(trainer, module, data, ckpt_path, loggers, job.watch)
             result = judged(job, trainer, module, callbacks[0], stopped)
     except Interrupted as stop:
         job.interrupt.holding = True  # another signal while the verdict is written is only noted
@@ -150,17 +153,24 @@ def trainer_for(job: Training, data, module, added: tuple) -> tuple:
     (finished once training ends)."""
     cfg, run_dir, mode = job.cfg, job.run_dir, job.mode
     probes, extra = added
+    job.watch = watch_of(job, module)
     callbacks = [*start_checks(cfg, data, job.verdict, mode), NonFiniteGuard(), ResumeState(), job.interrupt]
-    callbacks += mode.callbacks(data, job.verdict, run_dir / "checkpoints")
-    # a job requeued into the dir it was interrupted in continues from its own last.ckpt
-    ckpt_path = cfg.ckpt_path or (interrupted_here(run_dir) if mode.name == "full" else None)
-    if ckpt_path is not None and cfg.ckpt_path is None:
-        log.info("resuming from %s: this run, interrupted in %s", ckpt_path, run_dir)
+    callbacks += [job.watch, *mode.callbacks(data, job.verdict, run_dir / "checkpoints")]
+    # a job started again in the dir it stopped in (requeued, restarted by torchrun) continues from its own
+    # last.ckpt, newer than any ckpt_path the command gave (which says where its first attempt began)
+    own = interrupted_here(run_dir) if mode.name == "full" else None
+    ckpt_path = own or cfg.ckpt_path
+    if own is not None:
+        log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, given_too(cfg.ckpt_path))
     resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
     return trainer, resumed and resumed.path, loggers
+
+
+def given_too(ckpt_path) -> str:
+    return f" (ckpt_path={ckpt_path} is where its first attempt began)" if ckpt_path else ""
 
 
 def judged(job: Training, trainer: pl.Trainer, module, probes: list, stopped) -> dict:
@@ -171,6 +181,10 @@ def judged(job: Training, trainer: pl.Trainer, module, probes: list, stopped) ->
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     verdict.items.setdefault("symptoms", [])
+    if isinstance(stopped, RankLost):
+        interrupt.holding = True
+        lost_verdict(job, trainer, module, stopped.fault)
+        return finish(job, logging.ERROR, stopped.fault.line(), writer=job.watch.writes(stopped.fault))
     if stopped is not None:
         interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
         message = stopped_early(verdict, stopped, module, job.run_dir / "checkpoints", interrupt.phase)
@@ -277,8 +291,10 @@ def start_checks(cfg: DictConfig, data, verdict: Verdict, mode) -> list:
     return [StartChecks(data, cfg, verdict.checks, shared_data=mode.name == "overfit")]
 
 
-def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
-    """Train; the NonFinite or Interrupted that ended it early, or None. The loggers are finished either way."""
+def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: RankWatch | None = None):
+    """Train; the NonFinite, Interrupted or RankLost that ended it early, or None. An error on one of several
+    processes is first put to the watchdog: a collective that lost its peer is a rank lost, not a bug. The loggers
+    are finished either way."""
     outcome, stopped = "failed", None
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
@@ -287,6 +303,12 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list):
         outcome = "success"
     except (NonFinite, Interrupted, PreflightFailed) as err:
         stopped = err
+    except Exception as err:
+        fault = watch.explain(err) if watch is not None else None
+        if fault is None:
+            raise
+        in_log(logging.INFO, f"the error a rank's loss caused here: {err!r}")
+        stopped = RankLost(fault)
     finally:
         finish_loggers(loggers, outcome)
     return stopped
@@ -333,14 +355,21 @@ def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints:
     return f"{verdict.status} after {verdict.steps} steps"
 
 
-def finish(job: Training, level: int, message: str | None, summary=None, fail_on: bool = False) -> dict:
+def finish(
+    job: Training,
+    level: int,
+    message: str | None,
+    summary=None,
+    fail_on: bool = False,
+    writer: bool | None = None,
+) -> dict:
     """Stamp the time, judge the symptoms (`fail_on`: probes.symptoms.fail), write verdict.json (rank 0 only: DDP
-    ranks share the run dir), say how the run ended."""
+    ranks share the run dir; `writer` says otherwise for a rank lost), say how the run ended."""
     verdict = job.verdict
     verdict.seconds = round(time.perf_counter() - job.started, 3)
     line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
     judge_symptoms(verdict, fail_on)
-    if writes():
+    if writes() if writer is None else writer:
         path = verdict.write(job.run_dir)
         log.log(level, "%s", line if summary else f"{line}: verdict {path}")
         if verdict.status == "SYMPTOM":

@@ -8,5 +8,6 @@
     nonfinite.py    the non-finite guard;   profiling.py   debug=profiler's profiler
     devices.py      the devices and launches the harness refuses;   sharding.py   trainer=fsdp's strategy
     whole.py        a whole tensor's figures from its shards
+    heartbeat.py    each rank's heartbeat file;   watchdog.py   a rank that dies or stops, named (several processes)
 
 The package imports nothing itself: devices.py and rules.py are read before torch is."""

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 
 from harness.compat import validate_on_restart, validation_due
-from harness.report.verdict import status_in, verdict_in
+from harness.report.verdict import STOPPED, status_in, verdict_in
 from harness.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -77,11 +77,12 @@ def check_resume_mode(cfg, run_dir: Path) -> str | None:
 
 
 def interrupted_here(run_dir: Path) -> str | None:
-    """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says INTERRUPTED: the job is running again
-    in the dir it was stopped in (the submitit launcher requeues a job stopped at SLURM's time limit into the
-    same job dir, or a user reruns with hydra.run.dir=<that dir>), so it continues from there; else None."""
+    """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says the run stopped part-way (INTERRUPTED,
+    RANK_LOST, RANK_STALLED): the job is running again in the dir it was stopped in (the submitit launcher requeues
+    a job stopped at SLURM's time limit into the same job dir, torchrun --max-restarts starts its ranks again, or a
+    user reruns with hydra.run.dir=<that dir>), so it continues from there; else None."""
     last = run_dir / "checkpoints" / "last.ckpt"
-    return str(last) if last.is_file() and status_in(run_dir) == "INTERRUPTED" else None
+    return str(last) if last.is_file() and status_in(run_dir) in STOPPED else None
 
 
 def read_checkpoint(ckpt_path: str) -> dict:

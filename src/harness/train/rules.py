@@ -26,6 +26,9 @@ RANGES = {
     "mode.val_every": (1, True, "steps between validations (try mode.val_every=100)"),
     "mode.log_every": (1, True, "steps between logged rows (try mode.log_every=1)"),
     "mode.ckpt_every": (1, True, "steps between periodic checkpoints in mode=full (try mode.ckpt_every=100)"),
+    "watchdog.beat_s": (0.05, False, "seconds between a rank's heartbeats (try watchdog.beat_s=1)"),
+    "watchdog.silent_s": (0.1, False, "seconds of no heartbeat that name a rank stopped (try 10)"),
+    "watchdog.stall_s": (0.1, False, "seconds of no step on any rank that make a stall (try 300)"),
     "mode.target_loss": (
         0.0,
         False,
@@ -196,3 +199,22 @@ def check(cfg: DictConfig) -> None:
     check_wandb(cfg)
     check_trainer(cfg)
     check_compile(cfg.compile)
+    check_watchdog(cfg.get("watchdog"))
+
+
+def check_watchdog(watchdog) -> None:
+    """A rank is called silent only after it missed three beats, and a stall lasts at least that long."""
+    if watchdog is None:
+        return
+    if watchdog.silent_s < 3 * watchdog.beat_s:
+        raise ConfigError(
+            "watchdog.silent_s",
+            watchdog.silent_s,
+            f"must be at least 3 beats (watchdog.beat_s={watchdog.beat_s}): a rank is silent once it missed three",
+        )
+    if watchdog.stall_s < watchdog.silent_s:
+        raise ConfigError(
+            "watchdog.stall_s",
+            watchdog.stall_s,
+            f"must be at least watchdog.silent_s={watchdog.silent_s}: a stalled rank is named after both",
+        )
