@@ -281,9 +281,9 @@ class MeanOfItsOwn(Loss):
 
 class FaultAt(pl.Callback):
     """A callback (+callbacks.fault) that makes rank `rank` fail as its step `step` begins: `kill` (SIGKILL, as the
-    out-of-memory killer does), `stop` (SIGSTOP: a process frozen whole), or `hang` (its main thread blocked for
-    good while its other threads run, as a read from a stuck filesystem blocks). Once a run dir: the run resumed
-    there trains on."""
+    out-of-memory killer does), `stop` (SIGSTOP: a process frozen whole), `hang` (its main thread blocked for good
+    while its other threads run, as a read from a stuck filesystem blocks), or `raise` (an error of its own, as a
+    bug that one rank's data meets). Once a run dir: the run resumed there trains on."""
 
     def __init__(self, rank: int, step: int, fault: str = "kill"):
         self.rank, self.step, self.fault = rank, step, fault
@@ -301,6 +301,8 @@ class FaultAt(pl.Callback):
         done.write_text(f"{time.time()}\n")  # when it struck: the test measures from here
         if self.fault == "hang":
             threading.Event().wait()
+        if self.fault == "raise":
+            raise ValueError(f"rank {self.rank}'s own bug")
         os.kill(os.getpid(), signal.SIGKILL if self.fault == "kill" else signal.SIGSTOP)
 
 

@@ -18,8 +18,8 @@ from harness import compat
 from harness.errors import ConfigError
 from harness.report.run_page import next_step
 from harness.report.verdict import exit_code
-from harness.train.heartbeat import Beat, alive, born, phase_of, read_beats, write_beat
-from harness.train.watchdog import LOST, STALLED, Heard, RankWatch, ended, judge
+from harness.train.heartbeat import Beat, alive, born, machine_id, phase_of, read_beats, write_beat
+from harness.train.watchdog import LOST, STALLED, Fault, Heard, Named, RankWatch, ended, judge
 
 
 def heard(rank: int, step: int, phase: str, heard_at: float, moved_at: float) -> Heard:
@@ -169,11 +169,23 @@ def test_the_phase_is_what_the_stack_is_doing():
         inside.set()
         release.wait()
 
+    def forward_in_a_closure(release, inside):  # automatic optimization: the forward runs in optimizer.step
+        param = torch.nn.Parameter(torch.ones(1))
+        optimizer = torch.optim.SGD([param], lr=0.1)
+
+        def training_step():
+            inside.set()
+            release.wait()
+            return (param * 2).sum()
+
+        optimizer.step(training_step)
+
     assert blocked_phase(loading) == "data loading"
     assert blocked_phase(backward) == "backward"
     assert blocked_phase(stepping) == "the optimizer step"
     assert blocked_phase(saving) == "checkpointing"
     assert blocked_phase(on_train_batch_start) == "the hook on_train_batch_start"
+    assert blocked_phase(forward_in_a_closure) == "forward"
 
 
 # --- processes: alive or not, named by the watchdog's thread -----------------------------------------------------
@@ -182,12 +194,13 @@ def test_the_phase_is_what_the_stack_is_doing():
 def test_a_process_is_alive_until_it_ends_and_a_reused_pid_is_not_it():
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        beat = Beat(0, process.pid, __import__("socket").gethostname(), born(process.pid), "a")
-        assert alive(beat) is True
+        here = machine_id()
+        beat = Beat(0, process.pid, "here", born(process.pid), "a", here)
+        assert here and alive(beat) is True
         assert (
-            alive(Beat(0, process.pid, beat.host, beat.born + 1, "a")) is False
+            alive(Beat(0, process.pid, "here", beat.born + 1, "a", here)) is False
         )  # another process, same pid
-        assert alive(Beat(0, process.pid, "another-machine", beat.born, "a")) is None  # not ours to tell
+        assert alive(Beat(0, process.pid, "here", beat.born, "a", "elsewhere")) is None  # not ours to tell
     finally:
         process.kill()
         process.wait()
@@ -196,10 +209,10 @@ def test_a_process_is_alive_until_it_ends_and_a_reused_pid_is_not_it():
 
 #: a stand-in rank: beats (and moves) every 0.1 s as rank 1 of attempt "t" in the run dir argv[1]
 BEATING = """
-import os, socket, sys, time
-from harness.train.heartbeat import Beat, born, write_beat
+import os, sys, time
+from harness.train.heartbeat import Beat, born, machine_id, write_beat
 for count in range(1, 100000):
-    beat = Beat(1, os.getpid(), socket.gethostname(), born(os.getpid()), "t", step=count, moves=count, count=count)
+    beat = Beat(1, os.getpid(), "here", born(os.getpid()), "t", machine_id(), step=count, moves=count, count=count)
     beat.phase = "forward"
     write_beat(sys.argv[1], beat)
     time.sleep(0.1)
@@ -210,7 +223,7 @@ def watching(run_dir: Path) -> RankWatch:
     """Rank 0's watchdog of a 2-rank run, started by hand (no Trainer): its main thread is this test's, which
     takes over any fault (so the thread names it and ends the rank, and does not end this process)."""
     watch = RankWatch(run_dir, stall_s=1.0, beat_s=0.1, silent_s=0.5, on_fault=lambda fault: 99)
-    watch.world, watch.attempt = 2, "t"
+    watch.world, watch.attempt, watch.machine = 2, "t", machine_id()
     watch.since = time.monotonic()
     watch.taken.set()
     return watch
@@ -312,7 +325,9 @@ def test_a_heartbeat_of_another_attempt_is_not_read(tmp_path):
 
 def test_a_rank_on_another_machine_is_lost_once_silent_after_a_collective_failed(tmp_path):
     """Its process cannot be seen from here: silent for silent_s once a collective with it failed, it is lost."""
-    write_beat(tmp_path, Beat(1, 4242, "another-machine", 1, "t", step=7, phase="backward", count=3))
+    write_beat(
+        tmp_path, Beat(1, 4242, "another-machine", 1, "t", "elsewhere", step=7, phase="backward", count=3)
+    )
     watch = watching(tmp_path)
     started = time.monotonic()
     fault = watch.explain(RuntimeError("Connection closed by peer"))
@@ -320,3 +335,23 @@ def test_a_rank_on_another_machine_is_lost_once_silent_after_a_collective_failed
     (named,) = fault.named
     assert fault.status == LOST and named.rank == 1 and named.host == "another-machine"
     assert "no heartbeat" in named.what and named.step == 7 and named.phase == "backward"
+
+
+def test_a_ranks_own_error_is_named_as_an_error_and_written_by_the_lowest_rank_left(tmp_path):
+    """Rank 2 raised an error of its own; rank 1 has ended (done) and rank 0, the watcher, is there: the fault is
+    ERROR naming rank 2, and rank 0 writes it. Had rank 0 raised, its own verdict would stand: nobody else writes."""
+    here = machine_id()
+    write_beat(tmp_path, Beat(1, 4241, "here", 1, "t", here, phase="ended", count=9))
+    write_beat(tmp_path, Beat(2, 4242, "here", 1, "t", here, phase="raised ValueError('x')", count=9))
+    watch = watching(tmp_path)
+    watch.world = 3
+    fault = watch.explain(RuntimeError("Connection reset by peer"))
+    assert (
+        fault.status == "ERROR"
+        and [n.rank for n in fault.named] == [2]
+        and "ValueError" in fault.named[0].what
+    )
+    assert fault.writer == 0 and watch.writes(fault)
+    other = watching(tmp_path)
+    other.rank = 1
+    assert not other.writes(Fault("ERROR", [Named(0, "raised ValueError('y')")], 1, 3))

@@ -125,8 +125,8 @@ def wrote(verdict: dict | None) -> bool:
     """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost (harness.train.watchdog)."""
     from harness.ranks import global_rank
 
-    seen_by = ((verdict or {}).get("lost") or {}).get("seen_by", 0)
-    return global_rank() == seen_by
+    lost = (verdict or {}).get("lost") or {}
+    return global_rank() == (lost.get("seen_by") if "seen_by" in lost else 0)
 
 
 def page_of(run_dir: Path, writer: bool) -> None:

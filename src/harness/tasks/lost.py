@@ -25,7 +25,7 @@ def watch_of(job, module) -> RankWatch:
 
     def on_fault(fault: Fault) -> int:
         job.interrupt.holding = True
-        verdict = lost_verdict(job, job.watch.trainer, module, fault)
+        verdict = lost_verdict(job, job.watch.trainer, module, fault, from_thread=True)
         if job.watch.writes(fault):
             from harness.report.run_page import page_or_warning
 
@@ -44,15 +44,21 @@ def watch_of(job, module) -> RankWatch:
     )
 
 
-def lost_verdict(job, trainer, module, fault: Fault) -> dict:
-    """The verdict of a run a rank ended (RankLost): what it knew, the ranks named, where and how to resume. The
-    details (each rank's last frames) go to the log; the console has the fault's one line already."""
+def lost_verdict(job, trainer, module, fault: Fault, from_thread: bool = False) -> dict:
+    """The verdict of a run a rank ended (RankLost): what it knew, the ranks named (`seen_by`: the rank that writes
+    it, else None), where and how to resume (not after a rank's own error, which a resumed run meets again). The
+    details (each rank's last frames) go to the log; the console has the fault's one line already. `from_thread`:
+    the main thread is stuck, maybe behind a collective on the device: the last loss only where reading it does not
+    wait for the device."""
     verdict = job.verdict
-    verdict.status, verdict.lost = fault.status, fault.as_dict()
+    verdict.status = fault.status
+    verdict.lost = {**fault.as_dict(), "seen_by": fault.writer if job.watch.writes(fault) else None}
     verdict.steps = trainer.global_step if trainer is not None else verdict.steps
-    verdict.final_loss = module.final_loss()
+    loss = getattr(module, "last_loss", None)
+    if not from_thread or loss is None or loss.device.type == "cpu":
+        verdict.final_loss = module.final_loss()
     last = job.run_dir / "checkpoints" / "last.ckpt"
-    if last.is_file():
+    if last.is_file() and fault.status != "ERROR":
         verdict.checkpoint = str(last)
         verdict.resume = resume_command(last)
     verdict.error = fault.line()
@@ -63,5 +69,6 @@ def lost_verdict(job, trainer, module, fault: Fault) -> dict:
 
 def resume_command(checkpoint: Path) -> str:
     """The command line of this run, resuming from `checkpoint` (torchrun: the same launch with this ckpt_path)."""
-    given = [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+    task = HydraConfig.get().overrides.task if HydraConfig.initialized() else []  # run() from code of yours
+    given = [o for o in task if not o.startswith("ckpt_path=")]
     return shlex.join(["python", "train.py", *given, f"ckpt_path={checkpoint}"])

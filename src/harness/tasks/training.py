@@ -25,7 +25,7 @@ from harness.config.schema import MODES
 from harness.config.show import show_config
 from harness.errors import ConfigError, PreflightFailed
 from harness.ops.loss import loss_of
-from harness.ranks import global_rank, started_by_lightning
+from harness.ranks import global_rank, restarted, started_by_lightning
 from harness.report.symptoms import judge as judge_symptoms
 from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
@@ -35,6 +35,7 @@ from harness.tasks.lost import lost_verdict, watch_of
 from harness.tasks.validate import validate
 from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
 from harness.train.devices import SHARDED, check_devices, strategy_name
+from harness.train.heartbeat import ENDED, RAISED
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
@@ -159,6 +160,7 @@ def trainer_for(job: Training, data, module, added: tuple) -> tuple:
     # a job started again in the dir it stopped in (requeued, restarted by torchrun) continues from its own
     # last.ckpt, newer than any ckpt_path the command gave (which says where its first attempt began)
     own = interrupted_here(run_dir) if mode.name == "full" else None
+    own = own if cfg.ckpt_path is None or restarted() else None  # else the command's own choice stands
     ckpt_path = own or cfg.ckpt_path
     if own is not None:
         log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, given_too(cfg.ckpt_path))
@@ -306,10 +308,14 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     except Exception as err:
         fault = watch.explain(err) if watch is not None else None
         if fault is None:
+            if watch is not None:  # the others: this rank's own error, not a rank lost
+                watch.close(f"{RAISED} {err!r:.300}")
             raise
         in_log(logging.INFO, f"the error a rank's loss caused here: {err!r}")
         stopped = RankLost(fault)
     finally:
+        if watch is not None:
+            watch.close(ENDED)
         finish_loggers(loggers, outcome)
     return stopped
 

@@ -212,7 +212,8 @@ def check_restarts() -> None:
             "torchrun --max-restarts",
             restarts,
             "its restarted ranks would read the last attempt's addresses from the one store it keeps, and fail "
-            "to meet; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun (a store for each attempt)",
+            "to meet; give torchrun --rdzv-backend=c10d (or --standalone) and export "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before it (a store for each attempt)",
         )
 
 

@@ -2,8 +2,8 @@
 says what the rank is doing. The watchdog (harness.train.watchdog) reads every rank's to tell a run that is slow
 from one that is stuck, and which rank is to blame.
 
-`<run dir>/.ranks/<rank>.json` holds the process (pid, host, when it started: a pid reused by another process is
-not taken for it), the attempt it belongs to (a restarted job's ranks do not read the last attempt's files), the
+`<run dir>/.ranks/<rank>.json` holds the process (pid, host, the machine and process namespace it runs in, when it
+started: a pid reused by another process, or one of another container, is not taken for it), the attempt it belongs to (a restarted job's ranks do not read the last attempt's files), the
 step, how often the rank has moved on (a training step, a validation batch), and what its main thread is doing,
 read from its Python stack where it is (`phase`: data loading, forward, backward, a collective, the optimizer step,
 validation, checkpointing, compiling; `where`: the innermost frames)."""
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 from dataclasses import asdict, dataclass
@@ -48,6 +47,8 @@ LOOP = {
     "backward": "backward",
     "advance": "data loading",  # Lightning's loop, between steps and hooks: the next batch is fetched
 }
+#: the last phases a rank writes: done with training, or out of it by an error of its own
+ENDED, RAISED = "ended", "raised"
 #: phases in which one operation may last long with no step taken, a rank still beating: not a stall while it beats
 LONG = ("checkpointing", "compiling")
 #: phases in which a rank waits for the others (DDP all-reduces the gradients inside the backward)
@@ -63,6 +64,9 @@ class Beat:
     host: str
     born: int | None  # the process's start, in clock ticks since boot (/proc/<pid>/stat): None where unknown
     attempt: str
+    machine: str = (
+        ""  # this boot of this machine and the process namespace (machine_id): where a pid means it
+    )
     step: int = 0
     moves: int = 0
     phase: str = "start-up"
@@ -79,10 +83,26 @@ def born(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name in parentheses may hold spaces
 
 
-def alive(beat: Beat) -> bool | None:
+def machine_id() -> str:
+    """This boot of this machine and this process's pid namespace: two processes see each other's pids only where
+    both agree (containers may share a host name, not their pids). Empty where /proc does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def final(beat: Beat) -> bool:
+    """Whether `beat` is the last its rank writes (done, or out by an error of its own): not waited for."""
+    return beat.phase == ENDED or beat.phase.startswith(RAISED)
+
+
+def alive(beat: Beat, here: str | None = None) -> bool | None:
     """Whether the process `beat` describes still runs: False once it ended (or is a zombie), None where this
-    machine cannot tell (another host, no /proc)."""
-    if beat.host != socket.gethostname() or not Path("/proc/self/stat").exists():
+    process cannot tell (another machine or pid namespace, no /proc). `here`: machine_id(), if known."""
+    here = machine_id() if here is None else here
+    if not here or beat.machine != here:
         return None
     try:
         state = Path(f"/proc/{beat.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -92,20 +112,19 @@ def alive(beat: Beat) -> bool | None:
 
 
 def phase_of(frame) -> tuple[str, str]:
-    """(phase, where) of a thread whose innermost frame is `frame`: PHASES by the innermost frame that names one,
-    else the part of the loop (LOOP) or the hook the innermost such frame is in; `where` the three innermost
-    frames, innermost first."""
+    """(phase, where) of a thread whose innermost frame is `frame`: from the innermost frame that says, by its file
+    (PHASES), the part of the loop it is (LOOP), or the hook it is (on_...); `where` the three innermost frames,
+    innermost first. A forward inside optimizer.step(closure) is the forward."""
     frames = []
     while frame is not None:
         code = frame.f_code
         frames.append((code.co_filename.replace(os.sep, "/"), code.co_name, frame.f_lineno))
         frame = frame.f_back
     where = " < ".join(f"{Path(file).name}:{line} {name}" for file, name, line in frames[:3])
-    for file, name, _ in frames:
+    for file, name, _ in frames:  # the innermost frame that says, whichever table says it
         for marker, phase in PHASES:
             if marker in f"{file}:{name}":
                 return (f"{phase} ({name})" if phase == "a collective" else phase), where
-    for _, name, _ in frames:
         if name in LOOP:
             return LOOP[name], where
         if name.startswith("on_"):

@@ -33,12 +33,26 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from harness.train.heartbeat import LONG, WAITING, Beat, alive, born, main_phase, read_beats, write_beat
+from harness.train.heartbeat import (
+    ENDED,
+    LONG,
+    RAISED,
+    WAITING,
+    Beat,
+    alive,
+    born,
+    final,
+    machine_id,
+    main_phase,
+    read_beats,
+    write_beat,
+)
 
 log = logging.getLogger(__name__)
 
-#: the statuses of a run ended by a rank (their exit codes: harness.report.verdict.EXIT_CODES)
-LOST, STALLED = "RANK_LOST", "RANK_STALLED"
+#: the statuses of a run ended by a rank (their exit codes: harness.report.verdict.EXIT_CODES); a rank that raised
+#: an error of its own ends the run as ERROR, named the same way
+LOST, STALLED, ERROR = "RANK_LOST", "RANK_STALLED", "ERROR"
 #: seconds the watchdog's thread leaves the main thread to take over a fault (to write the verdict and exit as any
 #: run does) once the named ranks are ended, before it writes the verdict and exits itself
 GRACE_S = 10.0
@@ -100,7 +114,7 @@ def judge(heard: dict[int, Heard], world: int, now: float, since: float, stall_s
     """The stall in what this rank has heard of ranks 0..world-1 (`since`: when it began listening), as
     (status, named ranks) or None: no rank moved on for `stall_s` while one waits or is silent. Pure: tested on its
     own."""
-    running = {r: h for r, h in heard.items() if h.beat.phase != "ended"}
+    running = {r: h for r, h in heard.items() if not final(h.beat)}
     moved = max([h.moved for h in heard.values()] + [since])
     if now - moved < stall_s:
         return None
@@ -179,8 +193,9 @@ class RankWatch(pl.Callback):
         self.fault: Fault | None = None
         self.taken, self.stopping, self.lock = threading.Event(), threading.Event(), threading.Lock()
         self.thread: threading.Thread | None = None
-        self.since = self.began = 0.0
+        self.since = 0.0
         self.born: int | None = None  # this process's start (harness.train.heartbeat.born)
+        self.machine = ""  # where its pid means it (harness.train.heartbeat.machine_id)
         self.trainer = self.module = None
 
     # --- the rank's own progress, from the main thread ------------------------------------------------------
@@ -196,7 +211,7 @@ class RankWatch(pl.Callback):
         self.attempt = trainer.strategy.broadcast(uuid.uuid4().hex if self.rank == 0 else None)
         procs = stand_down_child_observer()
         self.children = {self.rank + i: proc for i, proc in enumerate(procs, start=1)}
-        self.since, self.began, self.born = time.monotonic(), time.time(), born(os.getpid())
+        self.since, self.born, self.machine = time.monotonic(), born(os.getpid()), machine_id()
         self.publish("the start of training")
         self.thread = threading.Thread(target=self.run, name="harness-rank-watch", daemon=True)
         self.thread.start()
@@ -213,12 +228,18 @@ class RankWatch(pl.Callback):
         self.moves += 1
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
-        if self.thread is None:
+        self.close(ENDED)
+
+    def close(self, ending: str) -> None:
+        """Training is over for this rank (Lightning's teardown, or harness.tasks.training.fit when an error left
+        it, which Lightning's teardown hook does not see): the watchdog stops, the main thread ends the run itself,
+        and the last heartbeat says how (ENDED, or RAISED and the error: the others then do not take it for lost)."""
+        if self.thread is None or self.stopping.is_set():
             return
-        self.taken.set()  # past training (or out of it by an error): the main thread ends the run itself
+        self.taken.set()
         self.stopping.set()
         self.thread.join(timeout=5 * self.beat_s)
-        self.publish("ended")  # a rank that is done is not waited for
+        self.publish(ending)
 
     # --- the watchdog's thread ------------------------------------------------------------------------------
 
@@ -238,7 +259,7 @@ class RankWatch(pl.Callback):
         phase, where = (phase, "") if phase else main_phase()
         self.count += 1
         beat = Beat(
-            self.rank, os.getpid(), socket.gethostname(), self.born, self.attempt,
+            self.rank, os.getpid(), socket.gethostname(), self.born, self.attempt, self.machine,
             step=self.step, moves=self.moves, phase=phase, where=where, count=self.count,
         )  # fmt: skip
         try:
@@ -261,20 +282,24 @@ class RankWatch(pl.Callback):
             if before is None or before.beat.count != beat.count:
                 moved = now if before is None or before.beat.moves != beat.moves else before.moved
                 self.heard[rank] = Heard(beat, now, moved)
+        raised = [
+            Named(r, beat.phase, **placed(beat))
+            for r, beat in sorted(beats.items())
+            if r != self.rank and beat.phase.startswith(RAISED)
+        ]
+        if raised:  # its own error ended it (its log has the traceback): the run's error, not a rank lost
+            return self.fault_of(ERROR, raised)
         gone = []
         for rank, proc in self.children.items():
-            if proc.poll() not in (None, 0):
-                beat = beats.get(rank)
+            beat = beats.get(rank)
+            if proc.poll() not in (None, 0) and not (beat and final(beat)):
                 gone.append(
                     Named(rank, ended(proc.returncode), **(placed(beat) if beat else {"pid": proc.pid}))
                 )
-        for rank, beat in beats.items():
-            if (
-                rank != self.rank
-                and rank not in self.children
-                and beat.phase != "ended"
-                and alive(beat) is False
-            ):
+        for rank, beat in sorted(beats.items()):
+            if rank == self.rank or rank in self.children or final(beat):
+                continue
+            if alive(beat, self.machine) is False:
                 gone.append(Named(rank, "ended (its exit status is its parent's to read)", **placed(beat)))
         if failed and not gone:
             gone = [
@@ -282,7 +307,7 @@ class RankWatch(pl.Callback):
                     r, f"no heartbeat for {now - h.heard:.0f} s since a collective failed", **placed(h.beat)
                 )
                 for r, h in sorted(self.heard.items())
-                if r != self.rank and h.beat.phase != "ended" and now - h.heard >= self.silent_s
+                if r != self.rank and not final(h.beat) and now - h.heard >= self.silent_s
             ]
         if gone:
             return self.fault_of(LOST, gone)
@@ -290,7 +315,14 @@ class RankWatch(pl.Callback):
         return None if named is None else self.fault_of(STALLED, named)
 
     def fault_of(self, status: str, named: list[Named]) -> Fault:
+        """The fault, its writer the lowest rank still there: not named, not ended, not seen gone."""
         out = {n.rank for n in named}
+        for rank, proc in self.children.items():
+            if proc.poll() is not None:
+                out.add(rank)
+        for rank, h in self.heard.items():
+            if rank != self.rank and (final(h.beat) or alive(h.beat, self.machine) is False):
+                out.add(rank)
         writer = min((r for r in range(self.world) if r not in out), default=self.rank)
         return Fault(status, named, writer, self.step)
 
@@ -299,18 +331,23 @@ class RankWatch(pl.Callback):
         that lost its peer fails at once on gloo); else write the verdict (the writer) and exit from here."""
         in_log(logging.ERROR, fault.line())
         self.end_named(fault)
-        if self.taken.wait(GRACE_S + 2 * self.beat_s):
+        if self.taken.wait(GRACE_S):
             return
-        code = self.on_fault(fault)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(code)
+        code = 1
+        try:
+            code = self.on_fault(fault)
+        except Exception:  # the verdict could not be written: the process ends all the same
+            log.exception("the verdict of %s could not be written", fault.status)
+        finally:
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(code)
 
     def end_named(self, fault: Fault) -> None:
         """SIGKILL each named rank still running on this machine (checked to be the very process that beat)."""
         for named in fault.named:
             beat = self.heard.get(named.rank)
-            if named.rank == self.rank or beat is None or alive(beat.beat) is not True:
+            if named.rank == self.rank or beat is None or alive(beat.beat, self.machine) is not True:
                 continue
             try:
                 os.kill(beat.beat.pid, signal.SIGKILL)
@@ -324,7 +361,7 @@ class RankWatch(pl.Callback):
 
     def explain(self, err: BaseException) -> Fault | None:
         """The fault behind `err`, an error the main thread met (a collective that lost its peer), found within
-        silent_s; None: no rank is gone, silent or stalled, the error is the run's own. The main thread then ends the run
+        silent_s and two beats; None: no rank is gone, silent or stalled, the error is this rank's own. The main thread then ends the run
         itself (the watchdog's thread leaves it to)."""
         if self.world == 1:
             return None
@@ -340,9 +377,7 @@ class RankWatch(pl.Callback):
         return fault
 
     def writes(self, fault: Fault) -> bool:
-        """Whether this rank writes the fault's verdict: the writer, unless rank 0 left a verdict of its own since
-        this attempt began (its error, which a rank that saw it gone must not overwrite)."""
-        if fault.writer != self.rank:
-            return False
-        verdict = self.run_dir / "verdict.json"
-        return self.rank == 0 or not (verdict.is_file() and verdict.stat().st_mtime >= self.began)
+        """Whether this rank writes the fault's verdict: the writer, unless the fault is rank 0's own error (rank 0
+        wrote its verdict, with its traceback, before it exited)."""
+        own_error = fault.status == ERROR and any(n.rank == 0 for n in fault.named)
+        return fault.writer == self.rank and not own_error
