@@ -147,6 +147,8 @@ def test_a_ranks_own_error_is_the_runs_error_not_a_rank_lost(tmp_path, data_root
     (named,) = verdict["lost"]["ranks"]
     assert named["rank"] == 1 and "ValueError" in named["what"] and "rank 1's own bug" in verdict["error"]
     assert "resume" not in verdict and verdict["lost"]["seen_by"] == 0
+    own_log = (tmp_path / "run" / "train_ddp_process_1.log").read_text()
+    assert "Traceback" in own_log and "rank 1's own bug" in own_log  # where the verdict says to look
     assert not any(alive(b) for b in ranks_of(tmp_path / "run"))
 
 

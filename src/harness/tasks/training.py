@@ -10,6 +10,7 @@ import contextlib
 import logging
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -308,7 +309,8 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     except Exception as err:
         fault = watch.explain(err) if watch is not None else None
         if fault is None:
-            if watch is not None:  # the others: this rank's own error, not a rank lost
+            if watch is not None and watch.world > 1:  # the others: this rank's own error, not a rank lost
+                in_log(logging.ERROR, f"this rank's own error ends the run:\n{traceback.format_exc()}")
                 watch.close(f"{RAISED} {err!r:.300}")
             raise
         in_log(logging.INFO, f"the error a rank's loss caused here: {err!r}")

@@ -344,7 +344,10 @@ class RankWatch(pl.Callback):
             os._exit(code)
 
     def end_named(self, fault: Fault) -> None:
-        """SIGKILL each named rank still running on this machine (checked to be the very process that beat)."""
+        """SIGKILL each named rank still running on this machine (checked to be the very process that beat); not
+        one that raised an error of its own, which is ending by itself, writing its traceback."""
+        if fault.status == ERROR:
+            return
         for named in fault.named:
             beat = self.heard.get(named.rank)
             if named.rank == self.rank or beat is None or alive(beat.beat, self.machine) is not True:
