@@ -29,14 +29,15 @@ def started_by_lightning() -> bool:
     return launched and not any(name in os.environ for name in RANK_VARIABLES)
 
 
+#: where torchrun and SLURM count a job's restarts
+RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+
+
 def restarted() -> bool:
     """Whether a launcher started this job again after it stopped: torchrun's restarts (--max-restarts), SLURM's
     requeues. Such a job continues from its own run dir's last checkpoint, whatever ckpt_path its command gives."""
     return any(int(os.environ.get(name, "0") or 0) > 0 for name in RESTART_VARIABLES)
 
-
-#: where torchrun and SLURM count a job's restarts
-RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
 #: what torchrun sets in every process it starts (Lightning's TorchElasticEnvironment looks for the same)
 TORCHRUN = ("GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")

@@ -3,8 +3,8 @@ says what the rank is doing. The watchdog (harness.train.watchdog) reads every r
 from one that is stuck, and which rank is to blame.
 
 `<run dir>/.ranks/<rank>.json` holds the process (pid, host, the machine and process namespace it runs in, when it
-started: a pid reused by another process, or one of another container, is not taken for it), the attempt it belongs to (a restarted job's ranks do not read the last attempt's files), the
-step, how often the rank has moved on (a training step, a validation batch), and what its main thread is doing,
+started: a pid reused by another process, or one of another container, is not taken for it), the attempt it
+belongs to (a restarted job's ranks do not read the last attempt's files), the step, how often the rank has moved on (a training step, a validation batch), and what its main thread is doing,
 read from its Python stack where it is (`phase`: data loading, forward, backward, a collective, the optimizer step,
 validation, checkpointing, compiling; `where`: the innermost frames)."""
 
@@ -16,6 +16,8 @@ import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from harness.report.verdict import write_whole
 
 #: the run dir's folder of heartbeats, one file a rank
 FOLDER = ".ranks"
@@ -64,9 +66,7 @@ class Beat:
     host: str
     born: int | None  # the process's start, in clock ticks since boot (/proc/<pid>/stat): None where unknown
     attempt: str
-    machine: str = (
-        ""  # this boot of this machine and the process namespace (machine_id): where a pid means it
-    )
+    machine: str = ""  # this boot and pid namespace (machine_id): where the pid means this process
     step: int = 0
     moves: int = 0
     phase: str = "start-up"
@@ -146,9 +146,7 @@ def write_beat(run_dir: Path, beat: Beat) -> None:
     """`beat` written whole (a reader never sees half of it)."""
     path = path_of(run_dir, beat.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(asdict(beat)))
-    os.replace(staging, path)
+    write_whole(path, json.dumps(asdict(beat)))
 
 
 def read_beats(run_dir: Path, world: int, attempt: str) -> dict[int, Beat]:

@@ -283,7 +283,7 @@ class RankWatch(pl.Callback):
                 moved = now if before is None or before.beat.moves != beat.moves else before.moved
                 self.heard[rank] = Heard(beat, now, moved)
         raised = [
-            Named(r, beat.phase, **placed(beat))
+            Named(r, beat.phase, **{**placed(beat), "phase": None})  # what it did is what it raised
             for r, beat in sorted(beats.items())
             if r != self.rank and beat.phase.startswith(RAISED)
         ]
