@@ -604,7 +604,8 @@ COLLECTIVES = textwrap.dedent('''
         whole.dist = counter = Counted()
         torch.manual_seed(0)
         module = HarnessModule(GPT(vocab_size=9, max_len=6, d_model=16, layers=4, heads=2))
-        probes = ProbeSet([ParameterNorms(every=1, ratio_every=2), DeadGradients(every=1), Histograms(every=2)])
+        probes = ProbeSet([ParameterNorms(every=1, ratio_every=2, weight_every=2), DeadGradients(every=1),
+                           Histograms(every=2)])
         per_step = PerStep(counter)
         trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=FSDP(), max_steps=4, logger=False,
                              callbacks=[NonFiniteGuard(), probes, per_step], enable_checkpointing=False,
@@ -620,13 +621,14 @@ COLLECTIVES = textwrap.dedent('''
 @pytest.mark.slow  # two processes
 def test_the_probes_reduce_once_a_logging_step_not_once_a_tensor(tmp_path):
     """The guard's gradient norms (every step), the weight norms and update ratios (one reduction), the
-    histograms' statistics (one gather): a handful of collectives a step, however many tensors the model has."""
+    histograms' statistics (one gather, and one sum of the float64 sums of the tensors whose float32 sums cancel):
+    a handful of collectives a step, however many tensors the model has."""
     script, out = tmp_path / "collectives.py", tmp_path / "collectives.json"
     script.write_text(COLLECTIVES)
     result = run_command(sys.executable, str(script), str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     counted = json.loads(out.read_text())
     assert counted["tensors"] > 20, counted
-    # the step's token count (harness.train.step_loss) + guard + norms every step; + the histograms' gather on
-    # even steps (no tracker: no buckets to sum)
-    assert counted["steps"] == [4, 3, 4, 3], counted
+    # the step's token count (harness.train.step_loss) + guard every step; + the weight norms and update ratios,
+    # the histograms' gather and their LayerNorm gains' float64 sums on even steps (no tracker: no buckets to sum)
+    assert counted["steps"] == [5, 2, 5, 2], counted

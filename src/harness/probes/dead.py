@@ -11,7 +11,6 @@ Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
 from __future__ import annotations
 
 import torch
-from einops import rearrange
 from torch import nn
 
 from harness.errors import ConfigError
@@ -70,8 +69,7 @@ class DeadGradients(Probe):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if not self.params or not (trainer.is_global_zero or self.sharded):
             return
-        norms = gradient_norms(self.params, self.guard, self.sharded)[0]
-        grad_norms = rearrange(norms, "param -> param").float()
+        grad_norms = gradient_norms(self.params, self.guard, self.sharded)[0]
         # on the device, every step: no sync
         self.streak = (self.streak + 1) * (grad_norms <= self.thresholds)
         self.fired |= self.streak >= self.patience

@@ -10,6 +10,7 @@ import logging
 
 import torch
 
+from harness.compat import lightning_logs_now
 from harness.probes.probe import Probe
 from harness.probes.trackers import has_tracker, log_image
 from harness.train.module import step_stats
@@ -29,11 +30,14 @@ def logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool) 
 
 
 class LogitMass(Probe):
-    """`logit/p_correct`, `logit/entropy`, `logit/top1` every `every` steps; in overfit mode also
+    """`logit/p_correct`, `logit/entropy`, `logit/top1` on the steps the run's own metrics are written (`every`:
+    "log", the default: every step in overfit mode, every 10 in mode=full; the module takes the same statistics
+    there, so they cost one pass over the vocabulary between them) or every `every` steps; in overfit mode also
     `logit/p_correct/example_<i>`, and (with plots on) `p_correct.png` in the run dir at the end of training."""
 
-    def __init__(self, every: int | None = 1):
-        super().__init__(every)
+    def __init__(self, every: int | str | None = "log"):
+        self.with_metrics = every == "log"
+        super().__init__(1 if self.with_metrics else every)
         self.history: list[tuple[int, list[float], float, float]] = []  # step, p per example, entropy, top1
         self.warned = False
         self.step = 0
@@ -44,7 +48,8 @@ class LogitMass(Probe):
     @torch.no_grad()
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = self.step
-        if not trainer.is_global_zero or not self.due(step):
+        due = lightning_logs_now(trainer) if self.with_metrics else self.due(step)
+        if not trainer.is_global_zero or not due:
             return
         logits = outputs.get("logits") if isinstance(outputs, dict) else None
         if logits is None:

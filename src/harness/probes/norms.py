@@ -3,12 +3,13 @@
 Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
 optimizer is about to use. The gradient norms are the non-finite guard's, which has just taken them, when the
 harness runs one (`gradient_norms`, shared with the dead-gradient sentinel, dead.py); the weights' come from
-one `torch._foreach_norm` call, and the step's numbers reach the host in one transfer, on logging steps only.
+one `torch._foreach_norm` call on the steps that log them, and the step's numbers reach the host in one
+transfer, on logging steps only.
 (A norm is taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to
 zero under flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
 
 Under sharding (trainer=fsdp) every rank computes its slices' figures and the whole layers' come from one all-reduce
-a logging step (harness.train.whole): the gradients' from the guard, which reduces them every step anyway, the
+a step that logs weights (harness.train.whole): the gradients' from the guard, which reduces them every step anyway, the
 weights' and the updates' packed together at the end of the step. Rank 0 logs them.
 
 Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
@@ -42,34 +43,41 @@ def find_guard(trainer: pl.Trainer) -> NonFiniteGuard | None:
 
 def gradient_norms(
     params: list[nn.Parameter], guard: NonFiniteGuard | None, shards: bool = False
-) -> tuple[list[torch.Tensor], int]:
-    """(the norm of each parameter's gradient, a 0-dim tensor on the device, 0 where it has none; how many
-    have none). The guard's norms of these very gradients when it has taken them this step (it runs before
-    the probes), else one `torch._foreach_norm` call; under sharding (`shards`) the whole gradients' norms,
-    either way (a collective: every rank calls this)."""
+) -> tuple[torch.Tensor, int]:
+    """(Float[param]: the norm of each parameter's gradient, on the device, 0 where it has none; how many have
+    none). The guard's norms of these very gradients when it has taken them this step (it runs before the
+    probes), else one `torch._foreach_norm` call; under sharding (`shards`) the whole gradients' norms, either
+    way (a collective: every rank calls this)."""
     grads = [p.grad for p in params]
     present = [g for g in grads if g is not None]
-    checked, checked_norms = guard.checked if guard is not None else ([], [])
+    checked, checked_norms = guard.checked if guard is not None else ([], None)
     if len(checked) == len(present) and all(a is b for a, b in zip(checked, present, strict=True)):
-        norms = list(checked_norms)
+        norms = checked_norms
     else:
-        norms = whole_norms(present, shards)
+        norms = rearrange(whole_norms(present, shards), "param -> param") if present else None
+    norms = None if norms is None else norms.float()
     if len(present) < len(grads):  # a missing gradient: norm 0, counted
-        found, zero = iter(norms), torch.zeros((), device=local(params[0]).device)
-        norms = [zero if g is None else next(found) for g in grads]
+        full = torch.zeros(len(grads), device=local(params[0]).device)
+        if norms is not None:
+            full[[i for i, g in enumerate(grads) if g is not None]] = norms
+        norms = full
     return norms, len(grads) - len(present)
 
 
 class ParameterNorms(Probe):
-    """Every `every` steps: `grad_norm/<param>`, `grad_norm/total`, `grad_norm/missing` (how many parameters
-    have no gradient; their norm shows as 0) and `weight_norm/<param>`, both read where the optimizer reads them
-    (before its update). On logging steps that are multiples of `ratio_every`: `update_ratio/<param>` =
-    ‖Δw‖/‖w‖ of that step's update (it needs a copy of the weights, hence its own period)."""
+    """Every `every` steps: `grad_norm/<param>`, `grad_norm/total` and `grad_norm/missing` (how many parameters
+    have no gradient; their norm shows as 0), read where the optimizer reads them (before its update). On logging
+    steps that are multiples of `weight_every`: `weight_norm/<param>` (a read of every weight: free beside a small
+    model's step, 2% of a GPT-2-size step of 128 tokens, hence a period of its own). On logging steps that are
+    multiples of `ratio_every`: `update_ratio/<param>` = ‖Δw‖/‖w‖ of that step's update, with the weight norms
+    (it needs a copy of the weights, hence its own period)."""
 
-    def __init__(self, every: int | None = 1, ratio_every: int | None = 10):
+    def __init__(self, every: int | None = 1, ratio_every: int | None = 20, weight_every: int | None = 20):
         super().__init__(every)
-        hint = "steps between update ratios (try 10)"
+        hint = "steps between update ratios (try 20)"
         self.ratio_every = whole("ratio_every", ratio_every, 1, hint, optional=True)
+        hint = "steps between weight norms (try 20; 1 for every step)"
+        self.weight_every = whole("weight_every", weight_every, 1, hint, optional=True)
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None
@@ -92,13 +100,14 @@ class ParameterNorms(Probe):
         if not self.params or not (trainer.is_global_zero or self.sharded) or not self.due(step):
             return  # nothing logged: nothing computed, no sync
         grad_norms, missing = gradient_norms(self.params, self.guard, self.sharded)
-        slices = [local(p) for p in self.params]
-        weights = rearrange(list(torch._foreach_norm(slices)), "param -> param")  # this rank's slices'
         ratio_now = due(step, self.ratio_every)
-        if ratio_now:
-            torch._foreach_copy_(self.before, slices)
-        grads = rearrange(grad_norms, "param -> param").float()
-        self.pending = (step, grads, weights, missing, ratio_now)
+        weights = None
+        if ratio_now or due(step, self.weight_every):
+            slices = [local(p) for p in self.params]
+            weights = rearrange(list(torch._foreach_norm(slices)), "param -> param")  # this rank's slices'
+            if ratio_now:
+                torch._foreach_copy_(self.before, slices)
+        self.pending = (step, grad_norms, weights, missing, ratio_now)
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -106,23 +115,23 @@ class ParameterNorms(Probe):
             return
         step, grads, weights, missing, ratio_now = self.pending
         self.pending = None
-        parts = [weights]
+        parts = [] if weights is None else [weights]
         if ratio_now:
             slices = [local(p) for p in self.params]
             torch._foreach_sub_(self.before, slices)  # before - after = -Δw, in place: no allocation
             parts.append(rearrange(list(torch._foreach_norm(self.before)), "param -> param"))
-        own = torch.cat(parts)
-        if self.sharded:  # the slices' squares summed across ranks: one all-reduce
-            own = reduce(own.double().square()).sqrt()
+        if parts and self.sharded:  # the slices' squares summed across ranks: one all-reduce
+            parts = [reduce(torch.cat(parts).double().square()).sqrt()]
         if not trainer.is_global_zero:
             return
-        packed = torch.cat([grads, own.float()]).tolist()  # the step's one transfer
+        packed = torch.cat([grads, *(part.float() for part in parts)]).tolist()  # the step's one transfer
         count = len(self.params)
         grad, weight = packed[:count], packed[count : 2 * count]
         metrics = dict(zip(self.grad_keys, grad, strict=True))
-        metrics.update(zip(self.weight_keys, weight, strict=True))
         metrics["grad_norm/total"] = math.sqrt(math.fsum(g * g for g in grad))
         metrics["grad_norm/missing"] = float(missing)
+        if weights is not None:
+            metrics.update(zip(self.weight_keys, weight, strict=True))
         if ratio_now:
             # ‖Δw‖/‖w‖ is undefined for an all-zero tensor (a zero-initialized bias before its first update): nan
             update = packed[2 * count :]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
+from einops import rearrange
 
 from harness.train.whole import norms as whole_norms
 from harness.train.whole import sharded
@@ -52,9 +53,9 @@ class NonFiniteGuard(pl.Callback):
         self.batch = None
         self.named: list[tuple[str, torch.nn.Parameter]] = []
         self.sharded = False
-        # the gradients this step's check read and their norms, until the batch ends: the layer probe
-        # (harness.probes.norms), which runs after the guard, logs them instead of taking them again
-        self.checked: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+        # the gradients this step's check read and their norms (Float[param], stacked), until the batch ends: the
+        # layer probe (harness.probes.norms), which runs after the guard, logs them instead of taking them again
+        self.checked: tuple[list[torch.Tensor], torch.Tensor | None] = ([], None)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.named = list(pl_module.named_parameters())  # once: walking the module tree each step is not free
@@ -66,7 +67,7 @@ class NonFiniteGuard(pl.Callback):
         self.batch = batch
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.checked = ([], [])
+        self.checked = ([], None)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         params = [(n, p) for n, p in self.named if p.grad is not None]
@@ -74,8 +75,8 @@ class NonFiniteGuard(pl.Callback):
             return
         grads = [p.grad for _, p in params]
         norms = whole_norms(grads, self.sharded)
-        self.checked = (grads, norms)
-        if bool(torch.isfinite(torch.stack(norms)).all()):
+        self.checked = (grads, rearrange(norms, "param -> param"))
+        if bool(torch.isfinite(self.checked[1]).all()):
             return
         module = first_nonfinite_module(pl_module.model, self.batch["input_ids"])
         grads = [n for (n, _), norm in zip(params, norms, strict=True) if not torch.isfinite(norm)]
