@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
 .DEFAULT_GOAL := help
-.PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all browser screenshots bench lint format rename clean
+.PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all browser screenshots bench bench-long lint format rename clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,8 +69,11 @@ screenshots: $(STAMP) browser  ## the pictures of report pages in docs/img/, tak
 	cp outputs/screenshots/run_pass_view.png outputs/screenshots/run_pass_curves_view.png \
 		outputs/screenshots/sweep_view.png docs/img/
 
-bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md
+bench: $(STAMP)  ## benchmarks -> outputs/bench/*.json and outputs/bench/README.md (under 30 minutes on 2 cores)
 	$(PY) -m benchmarks
+
+bench-long: $(STAMP)  ## the long benchmarks (about an hour on 2 cores): sharding, GPT-2-size preflight, corpus, nanoGPT
+	$(PY) -m benchmarks long
 
 lint: $(STAMP)  ## ruff check and format check
 	$(PY) -m ruff check .

@@ -1,4 +1,7 @@
-"""make bench: run every benchmark (or those named), write outputs/bench/*.json and a markdown table."""
+"""make bench: run the benchmarks (or those named; `long`: LONG), write outputs/bench/*.json and a markdown table.
+
+A benchmark's main() returns {figure: (value, target met?)}, or (value, target met?, (min, max, repetitions))
+where the value is a median: the table shows the spread beside it."""
 
 from __future__ import annotations
 
@@ -11,21 +14,22 @@ import torch
 
 from benchmarks import OUT, machine
 
-#: benchmark modules under benchmarks, each with main() -> {figure: (value, target met?)}; None: no target
+#: benchmark modules under benchmarks, each with main() -> {figure: (value, target met?[, spread])}; None: no target
 VERDICT = {True: ("target met", "yes"), False: ("TARGET MISSED", "NO"), None: ("no target", "")}
-BENCHMARKS = (
-    "twins",
-    "loop",
-    "nanogpt",
-    "faults",
-    "startup",
-    "sweep",
-    "probes",
-    "fsdp",
-    "preflight_scale",
-    "data",
-    "report_page",
-)
+#: make bench: under 30 minutes on 2 cores (the probes' 25 of them: three sizes up to GPT-2's, 3 repetitions each)
+BENCHMARKS = ("twins", "loop", "faults", "report_page", "probes")
+#: make bench-long (`python -m benchmarks long`): about an hour more on 2 cores, each its own subject (the probes
+#: under sharding and the checks of several ranks, a GPT-2-size preflight, a corpus prepared, start-up, sweeps,
+#: nanoGPT's loop)
+LONG = ("nanogpt", "startup", "sweep", "fsdp", "preflight_scale", "data")
+
+
+def shown(value, spread: tuple | None) -> str:
+    """A figure as the table shows it: the median and, where measured, its spread over the repetitions."""
+    if spread is None:
+        return f"{value}"
+    low, high, reps = spread
+    return f"{value} ({low}–{high}, {reps} repetitions)"
 
 
 def main(names: list[str]) -> int:
@@ -34,7 +38,7 @@ def main(names: list[str]) -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     results = OUT / "results.json"  # every benchmark's latest figures: running one keeps the others' rows
     merged = json.loads(results.read_text()) if results.exists() else {}
-    for name in names or BENCHMARKS:
+    for name in (LONG if names == ["long"] else names) or BENCHMARKS:
         print(f"bench {name} ...", flush=True)
         try:
             benchmark = importlib.import_module(f"benchmarks.{name}")
@@ -43,13 +47,15 @@ def main(names: list[str]) -> int:
                 raise
             print(f"  skipped: it needs {err.name}, which this project no longer has", flush=True)
             continue
-        figures = benchmark.main()
+        figures = {f: (*row, None)[:3] for f, row in benchmark.main().items()}  # (value, met, spread)
         merged[name] = {
             "machine": machine(),
-            "figures": {f: [value, met] for f, (value, met) in figures.items()},
+            "figures": {
+                f: [value if s is None else shown(value, s), met] for f, (value, met, s) in figures.items()
+            },
         }
-        for figure, (value, met) in figures.items():
-            print(f"  {figure}: {value} ({VERDICT[met][0]})", flush=True)
+        for figure, (value, met, spread) in figures.items():
+            print(f"  {figure}: {shown(value, spread)} ({VERDICT[met][0]})", flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(merged, indent=2) + "\n")
     rows = [

@@ -18,7 +18,9 @@ in alternating blocks. `rank_agreement` (harness.probes.agreement: the replicate
 count compared across the ranks every 10 steps; under FSDP the step count alone, the weights being slices held
 once) is 1 + the probe's own time over a step, target <= 1.01 (`rank_agreement_ddp` the same under DDP);
 `step_loss` (harness.train.step_loss: every token of a step weighing the same, one all-reduce of two numbers and
-the gradients rescaled, against each rank's mean averaged) is 1 + its own time over a step, no target.
+the gradients rescaled, against each rank's mean averaged) is 1 + its own time over a step, no target; `watchdog`
+(harness.train.watchdog: two counters a step, and its thread's heartbeat written and every rank's read once a
+second) the same, target <= 1.01.
 `scale_checks` is the step-time ratio of both on over both off: the machine moves a block of 10 steps by a few
 percent, more than these checks cost, so it says only that nothing larger hides outside their own time."""
 
@@ -61,6 +63,8 @@ def main(reps: int = 3, scale_reps: int = 2) -> dict:
         agreement = figures[f"rank_agreement{suffix}"]
         out[f"rank_agreement{suffix}"] = (agreement, agreement <= SCALE_TARGET)
         out[f"step_loss{suffix}"] = (figures[f"step_loss{suffix}"], None)
+        watchdog = figures[f"watchdog{suffix}"]
+        out[f"watchdog{suffix}"] = (watchdog, watchdog <= SCALE_TARGET)
         out[f"scale_checks{suffix}"] = (figures[f"scale_checks{suffix}"], None)
     return out
 
@@ -83,7 +87,7 @@ def worker(reps: int, scale_reps: int) -> None:
     figures = {"probes": round(result["median"], 3), "probe_hooks": round(1 + result["hooks_share"], 3)}
     for suffix, measured in scale.items():
         figures[f"scale_checks{suffix}"] = round(measured["median"], 4)
-        for check in ("rank_agreement", "step_loss"):
+        for check in ("rank_agreement", "step_loss", "watchdog"):
             figures[f"{check}{suffix}"] = round(1 + measured["hooks_share"][check], 4)
     details = {
         "target": {
@@ -91,6 +95,8 @@ def worker(reps: int, scale_reps: int) -> None:
             "probe_hooks": f"<= {TARGET}",
             "rank_agreement": f"<= {SCALE_TARGET}",
             "rank_agreement_ddp": f"<= {SCALE_TARGET}",
+            "watchdog": f"<= {SCALE_TARGET}",
+            "watchdog_ddp": f"<= {SCALE_TARGET}",
         },
         "model": f"{reference.model.__name__}({reference.kwargs})",
         "batch_size_per_rank": reference.batch_size,
@@ -111,12 +117,21 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
     the step alike) over off (no probe, each rank's mean averaged: the module told it runs alone), with each
     check's own milliseconds a step and their share of a step without them (`hooks_share`: {check: share}). One
     Trainer of PROCESSES ranks under `strategy`."""
+    from benchmarks import OUT
     from benchmarks.probes import Bench, compare, timed_hooks
     from harness.probes import ProbeSet
     from harness.probes.agreement import RankAgreement
+    from harness.train.watchdog import RankWatch
 
-    clocks = {"rank_agreement": [0.0], "step_loss": [0.0]}
-    agreement = timed_hooks([ProbeSet([RankAgreement(every=10)])], clocks["rank_agreement"])
+    clocks = {"rank_agreement": [0.0], "step_loss": [0.0], "watchdog": [0.0]}
+    # the watchdog: its per-step counters on the training thread, and its thread's beats (a heartbeat written and
+    # every rank's read, once a second), on one clock. The thread beats whichever variant runs.
+    watch = RankWatch(
+        OUT / "probes_runs" / f"scale_{name}", stall_s=300, beat_s=1, silent_s=10, on_fault=lambda _: 1
+    )
+    for part in ("publish", "look", "on_train_batch_end"):
+        setattr(watch, part, clocked(getattr(watch, part), clocks["watchdog"]))
+    agreement = [*timed_hooks([ProbeSet([RankAgreement(every=10)])], clocks["rank_agreement"]), watch]
 
     def use(on: bool):
         def switch(bench) -> None:
@@ -148,8 +163,12 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
         for clock in clocks.values():
             clock[0] = 0.0
         result = compare(bench, "on", "off", reps, SCALE_INNER)
+        clocks["watchdog"][0] /= (
+            2  # its thread beat through both variants' steps: half of it is the "on" steps'
+        )
     finally:
         bench.close()
+        watch.close("ended")
     off_ms = result["ms_per_step"]["off"]
     per_step = {check: 1e3 * clock[0] / (reps * SCALE_INNER) for check, clock in clocks.items()}
     result["hooks_ms_per_step"] = {check: round(ms, 3) for check, ms in per_step.items()}
