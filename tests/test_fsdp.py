@@ -33,6 +33,8 @@ from tests.conftest import (
 ROOT = Path(__file__).resolve().parents[1]
 #: a whole run, short: synthetic data of length 12, plots off
 SHORT = ["data.length=12", "probes.plots=false"]
+# the figures compared between a sharded run and one process, at every step (by default the weights' every 20)
+EVERY_STEP = ["probes.histograms.every=5", "probes.norms.weight_every=1", "probes.norms.ratio_every=1"]
 
 
 # --- the units: the model's repeated blocks ---------------------------------------------------------------------
@@ -173,7 +175,15 @@ def overfit_pair(tmp_path_factory, data_root) -> dict[str, tuple]:
     runs = {}
     for trainer in ("fsdp", "cpu"):
         cwd = tmp_path_factory.mktemp(trainer)
-        args = ["mode=overfit", "n=2", "model=gpt", f"trainer={trainer}", "logger=tensorboard", *SHORT]
+        args = [
+            "mode=overfit",
+            "n=2",
+            "model=gpt",
+            f"trainer={trainer}",
+            "logger=tensorboard",
+            *SHORT,
+            *EVERY_STEP,
+        ]
         result = train(*args, cwd=cwd, data_root=data_root)
         runs[trainer] = (result, cwd / "run")
     return runs
@@ -340,7 +350,7 @@ def test_two_torchrun_nodes_meet_on_a_rendezvous_and_train_as_one_process_does(
     run's per-layer norms, under the same names; rank 0 alone writes the run's files, each rank its own log."""
     _, alone_dir = overfit_pair["cpu"]
     run_dir = tmp_path / "run"
-    args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "logger=tensorboard", *SHORT]
+    args = ["mode=overfit", "n=2", "model=gpt", "trainer=fsdp", "logger=tensorboard", *SHORT, *EVERY_STEP]
     args += ["trainer.devices=1", "trainer.num_nodes=2", f"data.root={data_root}", f"hydra.run.dir={run_dir}"]
     nodes = torchrun_nodes(*args, cwd=tmp_path, name="two-nodes")
     assert [code for code, _ in nodes] == [0, 0], nodes[0][1][-3000:] + nodes[1][1][-3000:]
@@ -579,6 +589,8 @@ COLLECTIVES = textwrap.dedent('''
 
             def counted(*args, **kwargs):
                 self.calls += 1
+                tensor = args[0] if name == "all_reduce" else args[1]
+                assert tensor.is_contiguous(), f"{name} of a tensor that is not contiguous: NCCL refuses it"
                 return found(*args, **kwargs)
 
             return counted

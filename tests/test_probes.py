@@ -19,10 +19,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
+from harness.errors import ConfigError
 from harness.probes import ProbeSet
 from harness.probes.embeddings import project
 from harness.probes.figures import grad_by_position_figure, legend_labels
 from harness.probes.histograms import summarize
+from harness.probes.logits import LogitMass
 from harness.probes.norms import ParameterNorms, parameter_names
 from harness.probes.reach import reach
 from harness.report.plots import UNDERFLOW
@@ -30,6 +32,8 @@ from harness.tasks.training import run
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, position_stats
 from harness.train.nonfinite import NonFiniteGuard
+from harness.train.whole import norms as whole_norms
+from harness.train.whole import square_sums
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN
 
@@ -382,11 +386,10 @@ def _fit(module: HarnessModule, callbacks: list, batches: list, logger, **traine
         max_steps=len(batches),
         callbacks=callbacks,
         logger=logger,
-        log_every_n_steps=1,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        **{"limit_val_batches": 0, **trainer_args},
+        **{"limit_val_batches": 0, "log_every_n_steps": 1, **trainer_args},
     )
     loader = DataLoader(batches, batch_size=None)
     trainer.fit(module, train_dataloaders=loader, val_dataloaders=loader)
@@ -421,6 +424,36 @@ def test_gradient_norms_are_each_parameters_own(tmp_path, guard_first):
             weights = {name: _by_step(rows, f"weight_norm/{name}")[step] for name in expected}
             assert weights == pytest.approx(recorder.weights[step], rel=1e-6), step
         assert _by_step(rows, "grad_norm/missing")[step] == 2.0  # `unused` and the frozen head.bias
+
+
+def test_the_logit_probe_logs_with_the_runs_own_metrics(tmp_path):
+    """`every: log` (the default): logit/ on exactly the steps the module writes train/ (every 3rd here), the same
+    p(correct) from the same pass over the vocabulary; a period that is neither a number nor `log` is one line."""
+    torch.manual_seed(0)
+    module = HarnessModule(UnusedParamRNN(vocab_size=8, d_model=8))
+    logger = build_loggers(OmegaConf.create({"name": "csv"}), tmp_path)
+    _fit(module, [ProbeSet([LogitMass()])], _batches(8, 7), logger, log_every_n_steps=3)
+    rows = _rows(tmp_path)
+    logged, written = _by_step(rows, "logit/p_correct"), _by_step(rows, "train/p_correct")
+    assert 0 < len(logged) < 7 and sorted(logged) == sorted(written), (sorted(logged), sorted(written))
+    assert logged == pytest.approx(written, rel=1e-5)
+    with pytest.raises(ConfigError, match="every=sometimes"):
+        LogitMass(every="sometimes")
+
+
+def test_sums_of_squares_keep_their_digits_at_an_embeddings_size():
+    """torch's CPU norm of a float32 tensor accumulates in float32 lanes (0.5% off at GPT-2's embedding, 38M
+    entries): the norms the guard and the probes log, and the histograms' sums of squares, are summed in pieces."""
+    torch.manual_seed(0)
+    big = torch.randn(1 << 22) + 0.5  # 4M entries, a mean besides the spread
+    exact = big.double().square().sum().item()
+    sums = square_sums([big, big[:5].reshape(5, 1), torch.zeros(0)])
+    assert sums.dtype == torch.float64 and sums[1].item() == pytest.approx(
+        big[:5].double().square().sum().item()
+    )
+    assert sums[0].item() == pytest.approx(exact, rel=1e-6) and sums[2].item() == 0.0
+    assert whole_norms([big], shards=False)[0].item() == pytest.approx(math.sqrt(exact), rel=1e-6)
+    assert summarize([big], bins=None)[0, 6].item() == pytest.approx(exact, rel=1e-6)  # the sum of squares
 
 
 def test_position_stats_match_a_softmax_written_out():

@@ -15,7 +15,7 @@ from einops import rearrange
 from harness.probes.norms import parameter_names
 from harness.probes.probe import Probe, whole
 from harness.probes.trackers import has_tracker, log_histograms
-from harness.train.whole import gathered, local, reduce, sharded
+from harness.train.whole import gathered, local, reduce, sharded, square_sums
 
 STATS = ("min", "max", "mean", "std", "zero_frac")
 #: a tensor whose sums leave its variance below this share of its mean square (its mean large against its spread,
@@ -34,8 +34,9 @@ def slice_stats(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
 
     Four reads of each tensor and no copy: aminmax, count_nonzero, and the sum and the sum of squares
     accumulated in `dtype` (default: accumulator()). torch's sums are pairwise, ~1e-7 relative in float32 at any
-    size; a float64 accumulation converts every entry on the way, 5 to 17 times slower on the CPU (GPT-2's
-    weights: 0.88 s against 0.07 s), so summarize() asks for it only where float32 falls short (CANCELS)."""
+    size, and the squares are summed in pieces (harness.train.whole.square_sums) to keep as much; a float64
+    accumulation converts every entry on the way, 5 to 17 times slower on the CPU (GPT-2's weights: 0.88 s
+    against 0.07 s), so summarize() asks for it only where float32 falls short (CANCELS)."""
     device = tensors[0].device
     dtype = dtype or accumulator(tensors)
 
@@ -49,7 +50,11 @@ def slice_stats(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
 
     lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
     total = per_tensor([t.sum(dtype=dtype) for t in tensors])
-    squares = per_tensor(torch._foreach_powsum(tensors, 2, dtype=dtype))
+    squares = (
+        square_sums(tensors)
+        if dtype == accumulator(tensors)
+        else per_tensor(torch._foreach_powsum(tensors, 2, dtype=dtype))
+    )
     nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
     count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
     return rearrange([lo, hi, total, squares, nonzero, count], "stat param -> param stat")

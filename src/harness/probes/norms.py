@@ -3,7 +3,7 @@
 Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
 optimizer is about to use. The gradient norms are the non-finite guard's, which has just taken them, when the
 harness runs one (`gradient_norms`, shared with the dead-gradient sentinel, dead.py); the weights' come from
-one `torch._foreach_norm` call on the steps that log them, and the step's numbers reach the host in one
+one `torch._foreach_powsum` call in pieces (harness.train.whole.square_sums) on the steps that log them, and the step's numbers reach the host in one
 transfer, on logging steps only.
 (A norm is taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to
 zero under flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
@@ -20,12 +20,11 @@ import math
 
 import pytorch_lightning as pl
 import torch
-from einops import rearrange
 from torch import nn
 
 from harness.probes.probe import Probe, due, whole
 from harness.train.nonfinite import NonFiniteGuard
-from harness.train.whole import local, names_of, reduce, sharded
+from harness.train.whole import local, names_of, reduce, sharded, square_sums
 from harness.train.whole import norms as whole_norms
 
 
@@ -46,7 +45,7 @@ def gradient_norms(
 ) -> tuple[torch.Tensor, int]:
     """(Float[param]: the norm of each parameter's gradient, on the device, 0 where it has none; how many have
     none). The guard's norms of these very gradients when it has taken them this step (it runs before the
-    probes), else one `torch._foreach_norm` call; under sharding (`shards`) the whole gradients' norms, either
+    probes), else harness.train.whole.norms; under sharding (`shards`) the whole gradients' norms, either
     way (a collective: every rank calls this)."""
     grads = [p.grad for p in params]
     present = [g for g in grads if g is not None]
@@ -54,7 +53,7 @@ def gradient_norms(
     if len(checked) == len(present) and all(a is b for a, b in zip(checked, present, strict=True)):
         norms = checked_norms
     else:
-        norms = rearrange(whole_norms(present, shards), "param -> param") if present else None
+        norms = whole_norms(present, shards) if present else None
     norms = None if norms is None else norms.float()
     if len(present) < len(grads):  # a missing gradient: norm 0, counted
         full = torch.zeros(len(grads), device=local(params[0]).device)
@@ -104,7 +103,7 @@ class ParameterNorms(Probe):
         weights = None
         if ratio_now or due(step, self.weight_every):
             slices = [local(p) for p in self.params]
-            weights = rearrange(list(torch._foreach_norm(slices)), "param -> param")  # this rank's slices'
+            weights = square_sums(slices)  # this rank's slices', squared
             if ratio_now:
                 torch._foreach_copy_(self.before, slices)
         self.pending = (step, grad_norms, weights, missing, ratio_now)
@@ -119,12 +118,13 @@ class ParameterNorms(Probe):
         if ratio_now:
             slices = [local(p) for p in self.params]
             torch._foreach_sub_(self.before, slices)  # before - after = -Δw, in place: no allocation
-            parts.append(rearrange(list(torch._foreach_norm(self.before)), "param -> param"))
+            parts.append(square_sums(self.before))
         if parts and self.sharded:  # the slices' squares summed across ranks: one all-reduce
-            parts = [reduce(torch.cat(parts).double().square()).sqrt()]
+            parts = [reduce(torch.cat(parts))]
         if not trainer.is_global_zero:
             return
-        packed = torch.cat([grads, *(part.float() for part in parts)]).tolist()  # the step's one transfer
+        norms = [part.sqrt().float() for part in parts]
+        packed = torch.cat([grads, *norms]).tolist()  # the step's one transfer
         count = len(self.params)
         grad, weight = packed[:count], packed[count : 2 * count]
         metrics = dict(zip(self.grad_keys, grad, strict=True))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
-from einops import rearrange
 
 from harness.train.whole import norms as whole_norms
 from harness.train.whole import sharded
@@ -75,8 +74,8 @@ class NonFiniteGuard(pl.Callback):
             return
         grads = [p.grad for _, p in params]
         norms = whole_norms(grads, self.sharded)
-        self.checked = (grads, rearrange(norms, "param -> param"))
-        if bool(torch.isfinite(self.checked[1]).all()):
+        self.checked = (grads, norms)
+        if bool(torch.isfinite(norms).all()):
             return
         module = first_nonfinite_module(pl_module.model, self.batch["input_ids"])
         grads = [n for (n, _), norm in zip(params, norms, strict=True) if not torch.isfinite(norm)]
