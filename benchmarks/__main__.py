@@ -16,7 +16,7 @@ from benchmarks import OUT, machine
 
 #: benchmark modules under benchmarks, each with main() -> {figure: (value, target met?[, spread])}; None: no target
 VERDICT = {True: ("target met", "yes"), False: ("TARGET MISSED", "NO"), None: ("no target", "")}
-#: make bench: under 30 minutes on 2 cores (the probes' 25 of them: three sizes up to GPT-2's, 3 repetitions each)
+#: make bench: under 30 minutes on 2 cores (23.5 measured, the probes' 22: three sizes up to GPT-2's, 3 repetitions)
 BENCHMARKS = ("twins", "loop", "faults", "report_page", "probes")
 #: make bench-long (`python -m benchmarks long`): about an hour more on 2 cores, each its own subject (the probes
 #: under sharding and the checks of several ranks, a GPT-2-size preflight, a corpus prepared, start-up, sweeps,
@@ -38,7 +38,7 @@ def main(names: list[str]) -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     results = OUT / "results.json"  # every benchmark's latest figures: running one keeps the others' rows
     merged = json.loads(results.read_text()) if results.exists() else {}
-    for name in (LONG if names == ["long"] else names) or BENCHMARKS:
+    for name in [n for given in names for n in (LONG if given == "long" else [given])] or BENCHMARKS:
         print(f"bench {name} ...", flush=True)
         try:
             benchmark = importlib.import_module(f"benchmarks.{name}")
@@ -50,18 +50,16 @@ def main(names: list[str]) -> int:
         figures = {f: (*row, None)[:3] for f, row in benchmark.main().items()}  # (value, met, spread)
         merged[name] = {
             "machine": machine(),
-            "figures": {
-                f: [value if s is None else shown(value, s), met] for f, (value, met, s) in figures.items()
-            },
+            "figures": {f: [value, met, *([list(s)] if s else [])] for f, (value, met, s) in figures.items()},
         }
         for figure, (value, met, spread) in figures.items():
             print(f"  {figure}: {shown(value, spread)} ({VERDICT[met][0]})", flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(merged, indent=2) + "\n")
     rows = [
-        f"| {name} | {figure} | {value} | {VERDICT[met][1]} |"
+        f"| {name} | {figure} | {shown(value, spread[0] if spread else None)} | {VERDICT[met][1]} |"
         for name, entry in merged.items()
-        for figure, (value, met) in entry["figures"].items()
+        for figure, (value, met, *spread) in entry["figures"].items()
     ]
     machines = sorted({entry["machine"] for entry in merged.values()})
     table = "\n".join(

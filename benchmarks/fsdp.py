@@ -163,14 +163,13 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
         for clock in clocks.values():
             clock[0] = 0.0
         result = compare(bench, "on", "off", reps, SCALE_INNER)
-        clocks["watchdog"][0] /= (
-            2  # its thread beat through both variants' steps: half of it is the "on" steps'
-        )
+        seconds = {check: clock[0] for check, clock in clocks.items()}  # before the watchdog's last beats
+        seconds["watchdog"] /= 2  # its thread beat through both variants' steps: half are the "on" steps'
     finally:
         bench.close()
         watch.close("ended")
     off_ms = result["ms_per_step"]["off"]
-    per_step = {check: 1e3 * clock[0] / (reps * SCALE_INNER) for check, clock in clocks.items()}
+    per_step = {check: 1e3 * s / (reps * SCALE_INNER) for check, s in seconds.items()}
     result["hooks_ms_per_step"] = {check: round(ms, 3) for check, ms in per_step.items()}
     result["hooks_share"] = {check: round(ms / off_ms, 5) for check, ms in per_step.items()}
     return result

@@ -24,9 +24,10 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     whether the target is the one most probable token (0/1; another token of equal probability makes it
     wrong, so a constant output never scores).
 
-    Five passes over the vocabulary and one tensor the logits' size (on every logged step, and on every step the
-    logit-mass probe, harness.probes.logits, logs): the top logit, e = exp(logit - top) written once and summed,
-    the most probable other token (the target's entry overwritten), and Σ e·logit in place. Everything else
+    Six passes over the vocabulary and one tensor the logits' size (two where they are not float32: a float32
+    copy), on every logged step and on every step the logit-mass probe (harness.probes.logits) logs: the top
+    logit, e = exp(logit - top) written and summed, the most probable other token (the target's entry
+    overwritten), and Σ e·logit taken in place. Everything else
     follows from them: p = e / Σe, the top-1 mass 1 / Σe, the entropy log-sum-exp - E_p[logit] with log-sum-exp
     = top + log Σe. No softmax (a second tensor), no max or argmax (on the CPU far slower than an amax), no
     product tensor for the dot product (a batched matrix product of one row is slower still); absolute error
