@@ -3,14 +3,14 @@
 Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
 optimizer is about to use. The gradient norms are the non-finite guard's, which has just taken them, when the
 harness runs one (`gradient_norms`, shared with the dead-gradient sentinel, dead.py); the weights' come from
-one `torch._foreach_powsum` call in pieces (harness.train.whole.square_sums) on the steps that log them, and the step's numbers reach the host in one
-transfer, on logging steps only.
-(A norm is taken in the gradient's dtype: entries below ~1e-19 in float32 square to subnormals, flushed to
-zero under flush_denormal, so such a gradient counts as zero; it could not move a weight either.)
+one `torch._foreach_powsum` call over pieces (harness.train.whole.square_sums) on the steps that log them, and
+the step's numbers reach the host in one transfer, on logging steps only. (Squares are summed in float32:
+entries below ~1e-19 square to subnormals, flushed to zero under flush_denormal, so such a gradient counts as
+zero; it could not move a weight either.)
 
-Under sharding (trainer=fsdp) every rank computes its slices' figures and the whole layers' come from one all-reduce
-a step that logs weights (harness.train.whole): the gradients' from the guard, which reduces them every step anyway, the
-weights' and the updates' packed together at the end of the step. Rank 0 logs them.
+Under sharding (trainer=fsdp) every rank computes its slices' figures and the whole layers' come from one
+all-reduce a step that logs weights (harness.train.whole): the gradients' from the guard, which reduces them
+every step anyway, the weights' and the updates' packed together at the end of the step. Rank 0 logs them.
 
 Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
 
