@@ -286,9 +286,17 @@ class Floor(pl.Callback):
         torch.cat([self.norms, stats.mean(dim=(1, 2))]).tolist()
 
 
-def probes_bench(model_name: str, clocks: dict[str, list[float]], name: str = "probes", **where) -> Bench:
-    """A Trainer with the CSV logger, switching between no probes, every probe and the floor (the hooks of
-    each on its own clock in `clocks`); `where`: as Bench's."""
+def probes_bench(
+    model_name: str,
+    clocks: dict[str, list[float]],
+    name: str = "probes",
+    figures: tuple[str, ...] = ("probes",),
+    **where,
+) -> Bench:
+    """A Trainer with the CSV logger, switching between no probes, every probe, and those of `figures` besides:
+    every probe but the symptoms' (`symptoms`), the floor (`floor`); each variant's hooks on its own clock in
+    `clocks`. Only the variants measured are built: each starts with the Trainer (a second probe set would run its
+    own start-up passes, a forward and backward at GPT-2 size). `where`: as Bench's."""
     runs = OUT / "probes_runs" / model_name / name
     runs.mkdir(parents=True, exist_ok=True)
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
@@ -296,10 +304,14 @@ def probes_bench(model_name: str, clocks: dict[str, list[float]], name: str = "p
     data = RandomTokens(reference.kwargs["max_len"], reference.batch_size, reference.vocab)
     everything = OmegaConf.load(CONF)
     probes = timed_hooks(build_probes(everything, run_dir=runs, data=data, overfit=True), clocks["probes"])
-    # every probe but what the symptoms add (the activations probe and the detectors): their cost, side by side
-    without = OmegaConf.merge(everything, {name: None for name in SYMPTOM_PROBES})
-    lean = build_probes(without, run_dir=runs, data=data, overfit=True)
-    floor = timed_hooks([Floor()], clocks["floor"])
+    lean, floor = [], []
+    if (
+        "symptoms" in figures
+    ):  # every probe but what the symptoms add (the activations probe and the detectors)
+        without = OmegaConf.merge(everything, {name: None for name in SYMPTOM_PROBES})
+        lean = build_probes(without, run_dir=runs, data=data, overfit=True)
+    if "floor" in figures:
+        floor = timed_hooks([Floor()], clocks["floor"])
     switches: dict[str, Callable] = {
         "off": lambda b: b.use([]),
         "probes": lambda b: b.use(probes),
@@ -351,7 +363,7 @@ def compared(model_name: str, reference: Reference, reps: int, **where) -> dict:
     """measure()'s figures, with torch's threads set."""
     clocks = {"probes": [0.0], "floor": [0.0]}
     results = {}
-    bench = probes_bench(model_name, clocks, **where)
+    bench = probes_bench(model_name, clocks, figures=reference.figures, **where)
     try:
         bench.run("probes", reference.warmup)  # past the one-off costs: first steps, lazy imports
         bench.run("off", reference.warmup)

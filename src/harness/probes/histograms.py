@@ -15,7 +15,7 @@ from einops import rearrange
 from harness.probes.norms import parameter_names
 from harness.probes.probe import Probe, whole
 from harness.probes.trackers import has_tracker, log_histograms
-from harness.train.whole import gathered, local, reduce, sharded, square_sums
+from harness.train.whole import accumulator, gathered, local, reduce, sharded, square_sums
 
 STATS = ("min", "max", "mean", "std", "zero_frac")
 #: a tensor whose sums leave its variance below this share of its mean square (its mean large against its spread,
@@ -23,22 +23,23 @@ STATS = ("min", "max", "mean", "std", "zero_frac")
 CANCELS = 0.1
 
 
-def accumulator(tensors: list[torch.Tensor]) -> torch.dtype:
-    """The dtype the tensors' sums accumulate in: float32, float64 where one of them is float64."""
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+def sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Float64[param, 2]: the sum and the sum of squares of each tensor, accumulated in `dtype` (default:
+    harness.train.whole.accumulator()), the squares in pieces (harness.train.whole.square_sums)."""
+    dtype = dtype or accumulator(tensors)
+    total = rearrange([t.sum(dtype=dtype) for t in tensors], "param -> param").double()
+    return rearrange([total, square_sums(tensors, dtype)], "stat param -> param stat")
 
 
-def slice_stats(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Float64[param, 6]: min, max, sum, sum of squares, nonzero entries and entries of each tensor (this rank's
     slice of it under sharding: an empty slice has min +inf and max -inf, what a reduction across ranks ignores).
 
-    Four reads of each tensor and no copy: aminmax, count_nonzero, and the sum and the sum of squares
-    accumulated in `dtype` (default: accumulator()). torch's sums are pairwise, ~1e-7 relative in float32 at any
-    size, and the squares are summed in pieces (harness.train.whole.square_sums) to keep as much; a float64
+    Four reads of each tensor and no copy: aminmax, count_nonzero, and sums(): torch's sums are pairwise, ~1e-7
+    relative in float32 at any size, and the squares are summed in pieces to keep as much; a float64
     accumulation converts every entry on the way, 5 to 17 times slower on the CPU (GPT-2's weights: 0.88 s
-    against 0.07 s), so summarize() asks for it only where float32 falls short (CANCELS)."""
+    against 0.07 s), so summarize() asks for it only where float32 falls short (CANCELS, exact_sums)."""
     device = tensors[0].device
-    dtype = dtype or accumulator(tensors)
 
     def per_tensor(results) -> torch.Tensor:
         return rearrange(list(results), "param -> param").double()
@@ -49,12 +50,7 @@ def slice_stats(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
         return tuple(torch.tensor(end, dtype=t.dtype, device=device) for end in (math.inf, -math.inf))
 
     lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
-    total = per_tensor([t.sum(dtype=dtype) for t in tensors])
-    squares = (
-        square_sums(tensors)
-        if dtype == accumulator(tensors)
-        else per_tensor(torch._foreach_powsum(tensors, 2, dtype=dtype))
-    )
+    total, squares = rearrange(sums(tensors), "param stat -> stat param")
     nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
     count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
     return rearrange([lo, hi, total, squares, nonzero, count], "stat param -> param stat")
@@ -70,7 +66,7 @@ def exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -
     redo = (spread < CANCELS * squares).nonzero()[:, 0].tolist()
     if not redo:
         return stats
-    again = slice_stats([tensors[i] for i in redo], torch.float64)[:, 2:4]
+    again = sums([tensors[i] for i in redo], torch.float64)
     if shards:
         again = reduce(again)
     stats = stats.clone()

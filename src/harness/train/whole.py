@@ -60,10 +60,15 @@ def gathered(rows: torch.Tensor) -> torch.Tensor:
 PIECE = 1 << 16
 
 
-def square_sums(tensors: list[torch.Tensor]) -> torch.Tensor:
+def accumulator(tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype sums over `tensors` accumulate in: float32, float64 where one of them is float64."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def square_sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
     """Float64[tensor]: the sum of the squares of each tensor's entries, one torch._foreach_powsum over pieces of at
-    most PIECE entries (a tensor that large split into views), accumulated in float32 (float64 for a float64
-    tensor), the pieces' sums added in float64."""
+    most PIECE entries (a tensor that large split into views), accumulated in `dtype` (default: accumulator()),
+    the pieces' sums added in float64."""
     if not tensors:
         return torch.zeros(0, dtype=torch.float64)
     device = tensors[0].device
@@ -72,7 +77,7 @@ def square_sums(tensors: list[torch.Tensor]) -> torch.Tensor:
         split = t.reshape(-1).split(PIECE) if t.numel() > PIECE else (t,)
         pieces += split
         owners += [i] * len(split)
-    accumulate = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    accumulate = dtype or accumulator(tensors)
     sums = rearrange(list(torch._foreach_powsum(pieces, 2, dtype=accumulate)), "piece -> piece").double()
     if len(pieces) == len(tensors):
         return sums
@@ -86,11 +91,9 @@ def norms(tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
     one all-reduce (in float64)."""
     if not tensors:
         return torch.zeros(0)
-    squares = square_sums([local(t) for t in tensors])
-    if shards:
-        squares = reduce(squares)
-    wide = any(t.dtype == torch.float64 for t in tensors)
-    return squares.sqrt().to(torch.float64 if wide else torch.float32)
+    if not shards:
+        return square_sums(tensors).sqrt().to(accumulator(tensors))
+    return reduce(square_sums([local(t) for t in tensors])).sqrt().to(accumulator(tensors))
 
 
 def names_of(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
