@@ -67,7 +67,7 @@ CHILD = """
 import json, resource, shutil, sys, time
 args = json.loads(sys.argv[1])
 started = time.perf_counter()
-from harness.data.corpus import Corpus
+from harness.data.sources.corpus import Corpus
 
 def status(key):
     with open("/proc/self/status") as f:
@@ -181,7 +181,7 @@ def rates_of(measured: dict) -> tuple[float, float]:
 def build_corpus(folder: Path, corpus_mb: float) -> int:
     """Copy the stdlib's files into `folder`, round after round, under distinct names, until they hold
     `corpus_mb` MB; the bytes written."""
-    from harness.data.corpus import stdlib_files
+    from harness.data.sources.corpus import stdlib_files
 
     folder.mkdir(parents=True, exist_ok=True)
     sources, total, i = stdlib_files(), 0, 0

@@ -1,9 +1,9 @@
 """What the probes cost under sharding: benchmarks.probes' comparison (one Trainer, every probe on / none, in
 alternating blocks of steps) run by two processes at once, each a rank of `trainer=fsdp` (FSDP2 through
-harness.train.sharding.FSDP; gloo on CPU), on `model=gpt model.size=small`.
+harness.train.distributed.sharding.FSDP; gloo on CPU), on `model=gpt model.size=small`.
 
 Under sharding the probes do more than without: the per-layer norms, update ratios and histograms are made of
-each rank's slices and reduced across the ranks once a logging step (harness.train.whole), and the probes that
+each rank's slices and reduced across the ranks once a logging step (harness.train.distributed.shard_sums), and the probes that
 run forward passes of their own all-gather the weights as training does. fsdp.json: `probes`, the median step
 time with every probe over none (target <= 1.05), and `probe_hooks`, 1 + the probes' own hook time over a
 step without them.
@@ -14,12 +14,12 @@ the same step, and rank 0 writes the figures.
 
 The checks of scaled training are measured in the same way, on the same model and ranks, under trainer=fsdp and
 again under trainer=ddp (where every parameter is replicated): one Trainer each, both checks on against both off
-in alternating blocks. `rank_agreement` (harness.probes.agreement: the replicated weights' checksums and the step
+in alternating blocks. `rank_agreement` (harness.probes.layers.agreement: the replicated weights' checksums and the step
 count compared across the ranks every 10 steps; under FSDP the step count alone, the weights being slices held
 once) is 1 + the probe's own time over a step, target <= 1.01 (`rank_agreement_ddp` the same under DDP);
 `step_loss` (harness.train.step_loss: every token of a step weighing the same, one all-reduce of two numbers and
 the gradients rescaled, against each rank's mean averaged) is 1 + its own time over a step, no target; `watchdog`
-(harness.train.watchdog: two counters a step, and its thread's heartbeat written and every rank's read once a
+(harness.train.distributed.watchdog: two counters a step, and its thread's heartbeat written and every rank's read once a
 second) the same, target <= 1.01.
 `scale_checks` is the step-time ratio of both on over both off: the machine moves a block of 10 steps by a few
 percent, more than these checks cost, so it says only that nothing larger hides outside their own time."""
@@ -73,7 +73,7 @@ def worker(reps: int, scale_reps: int) -> None:
     """One rank: benchmarks.probes.measure on a sharded Trainer of PROCESSES devices, then scale_checks under FSDP
     and under DDP; rank 0 writes fsdp.json."""
     from benchmarks.probes import CHUNK, INNER, MODELS, measure
-    from harness.train.sharding import FSDP
+    from harness.train.distributed.sharding import FSDP
 
     torch.set_num_threads(1)
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -120,8 +120,8 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
     from benchmarks import OUT
     from benchmarks.probes import Bench, compare, timed_hooks
     from harness.probes import ProbeSet
-    from harness.probes.agreement import RankAgreement
-    from harness.train.watchdog import RankWatch
+    from harness.probes.layers.agreement import RankAgreement
+    from harness.train.distributed.watchdog import RankWatch
 
     clocks = {"rank_agreement": [0.0], "step_loss": [0.0], "watchdog": [0.0]}
     # the watchdog: its per-step counters on the training thread, and its thread's beats (a heartbeat written and

@@ -172,7 +172,7 @@ class Subject:
     def preflight(self) -> None:
         """The preflight's rows, and the one read as training starts on one process (`precision`: one forward and
         the loss, in the Trainer's precision, here fp32), as a run meets them."""
-        from harness.checks.precision import precision
+        from harness.checks.at_start.precision import precision
         from harness.checks.preflight import run_preflight
 
         rows = run_preflight(self.module, self.data, self.cfg)

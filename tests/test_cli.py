@@ -53,7 +53,7 @@ CHECKS = {
     "attention_scale",
     "stable_log_probs",
     "twins",
-    "precision",  # read as training starts, in the Trainer's precision (harness.checks.started)
+    "precision",  # read as training starts, in the Trainer's precision (harness.checks.at_start.start_checks)
 }
 
 

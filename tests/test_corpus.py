@@ -1,5 +1,5 @@
 """data=corpus: files tokenized once into shards (harness.data.prepare, .shards), read back as windows
-(harness.data.corpus). Real files in tmp dirs, real worker processes, the real CLI in a subprocess."""
+(harness.data.sources.corpus). Real files in tmp dirs, real worker processes, the real CLI in a subprocess."""
 
 from __future__ import annotations
 
@@ -279,6 +279,7 @@ def test_a_tokenizer_unlike_the_shards_is_refused(corpus, tmp_path):
 
 @pytest.mark.slow  # ~10 s: a fresh interpreter that imports torch and Lightning
 def test_prepare_cli_exits_2_with_one_error_line_on_an_empty_glob(tmp_path):
+    """Through the command's earlier name, `python -m harness.data.prepare`, which hands over to the CLI's own."""
     result = run_command(
         sys.executable, "-m", "harness.data.prepare", "data=corpus", f"data.files={tmp_path}/*.txt",
         f"data.root={tmp_path / 'data'}", cwd=ROOT, timeout=120,
@@ -409,7 +410,7 @@ def prepare_cli(*args: str, cwd) -> subprocess.CompletedProcess:
         [
             sys.executable,
             "-m",
-            "harness.data.prepare",
+            "harness.cli.prepare",
             "data=corpus",
             "tokenizer=char",
             "data.length=16",

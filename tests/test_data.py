@@ -11,8 +11,8 @@ import torch
 
 from harness.data import CharTokenizer, SyntheticDataModule, TextDataModule
 from harness.data.format import CorruptDataset, is_whole, read_split, write_dataset
-from harness.data.synthetic import generate
-from harness.data.text import builtin_corpus
+from harness.data.sources.synthetic import generate
+from harness.data.sources.text import builtin_corpus
 from harness.errors import ConfigError
 
 

@@ -11,9 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from harness import checks
-from harness.checks.diagnose import padding_of
+from harness.checks.data.roundtrip_causes import padding_of
+from harness.checks.data.special_tokens import special_tokens
 from harness.checks.preflight import run_preflight
-from harness.checks.special_tokens import special_tokens
 from harness.data import SyntheticDataModule, TextDataModule
 from harness.models.transformer import Transformer
 from harness.report.verdict import read_verdict
@@ -184,7 +184,9 @@ def test_a_target_outside_the_mask_may_be_anything():
     first = next(iter(data.train_dataloader()))
     first["targets"][~first["loss_mask"]] = -100
     assert checks.ids_in_range(None, _Fixed(data, first), config(16)).status == checks.PASS
-    loss = checks.result.masked_loss(torch.zeros(*first["targets"].shape, data.tokenizer.vocab_size), first)
+    loss = checks.model.passes.masked_loss(
+        torch.zeros(*first["targets"].shape, data.tokenizer.vocab_size), first
+    )
     assert torch.isfinite(loss)
 
 

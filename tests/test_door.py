@@ -98,7 +98,7 @@ def test_an_unquoted_non_ascii_value_is_told_how_to_quote(capsys):
 
 
 def test_devices_read_as_lightning_reads_them(make_config):
-    from harness.train.devices import processes
+    from harness.train.distributed.devices import processes
 
     assert processes(make_config("trainer.devices=3").trainer) == 3  # strategy auto: Lightning picks DDP
     assert processes(make_config("trainer.devices=[0,1]").trainer) == 2

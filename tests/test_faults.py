@@ -252,7 +252,7 @@ def test_more_bad_input_exits_2_with_one_line(override, names, run_train, tmp_pa
 @pytest.mark.slow  # two train.py runs: ~9 s
 def test_real_data_folder_trains_and_is_refused_when_corrupt(run_train, make_config, tmp_path):
     from harness.data.format import write_dataset
-    from harness.data.synthetic import generate
+    from harness.data.sources.synthetic import generate
 
     records = generate(16, 12, "first_token", "abcdefgh", "xy", seed=1)
     folder = write_dataset(

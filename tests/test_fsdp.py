@@ -19,8 +19,8 @@ from torch import nn
 from harness.cli.overrides import check_overrides
 from harness.models import GPT, Transformer
 from harness.tasks.job import perform
-from harness.train.devices import processes
-from harness.train.sharding import materialize, unit_names
+from harness.train.distributed.devices import processes
+from harness.train.distributed.sharding import materialize, unit_names
 from tests.conftest import (
     PROBES_OFF,
     compose_config,
@@ -80,7 +80,7 @@ def test_units_of_a_hugging_face_model_are_its_layers():
 def test_parameter_names_are_the_models_own_under_any_wrapper():
     """A wrapper's infix (FSDP1's, wrapper-style activation checkpointing's, torch.compile's) is not a name of
     the model: the probes log `blocks.0.weight` whichever wraps it."""
-    from harness.probes.norms import parameter_names
+    from harness.probes.layers.norms import parameter_names
 
     inner = nn.Module()
     inner._checkpoint_wrapped_module = nn.Linear(2, 2)
@@ -567,19 +567,19 @@ COLLECTIVES = textwrap.dedent('''
     import torch.distributed
     from torch.utils.data import DataLoader
 
-    import harness.train.whole as whole
+    import harness.train.distributed.shard_sums as whole
     from harness.models import GPT
     from harness.probes import ProbeSet
-    from harness.probes.dead import DeadGradients
-    from harness.probes.histograms import Histograms
-    from harness.probes.norms import ParameterNorms
+    from harness.probes.layers.dead import DeadGradients
+    from harness.probes.layers.histograms import Histograms
+    from harness.probes.layers.norms import ParameterNorms
     from harness.train.module import HarnessModule
     from harness.train.nonfinite import NonFiniteGuard
-    from harness.train.sharding import FSDP
+    from harness.train.distributed.sharding import FSDP
 
 
     class Counted:
-        """torch.distributed as harness.train.whole sees it, its all_reduce and all_gather counted."""
+        """torch.distributed as harness.train.distributed.shard_sums sees it, its all_reduce and all_gather counted."""
 
         def __init__(self):
             self.calls = 0

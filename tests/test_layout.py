@@ -87,14 +87,20 @@ def test_the_package_root_is_folders_by_stage_and_a_few_shared_modules():
     assert not (PACKAGE / "bench").exists() and (ROOT / "benchmarks" / "__main__.py").is_file()
 
 
-def test_no_file_over_400_lines_and_no_function_over_60():
-    import ast
+#: a folder a person can hold: at most this many modules (its __init__.py and __main__.py aside), subfolders apart
+FOLDER_MODULES = 12
+#: a file a person can read in one sitting, in the package and in the tests alike
+FILE_LINES = 400
 
+
+def test_no_file_over_400_lines_and_no_function_over_60():
     too_long = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
         text = path.read_text()
-        if len(text.splitlines()) > 400:
+        if len(text.splitlines()) > FILE_LINES:
             too_long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        if not path.is_relative_to(PACKAGE):
+            continue
         for node in ast.walk(ast.parse(text)):
             if (
                 isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -102,6 +108,31 @@ def test_no_file_over_400_lines_and_no_function_over_60():
             ):
                 too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not too_long, too_long
+
+
+def crowded_folders(root: Path) -> list[str]:
+    """The folders under `root` (itself included) that hold more than FOLDER_MODULES modules."""
+    crowded = []
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        modules = [p for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py", "conftest.py")]
+        if len(modules) > FOLDER_MODULES:
+            crowded.append(f"{folder}: {len(modules)} modules")
+    return crowded
+
+
+def test_no_folder_holds_more_modules_than_a_person_can_hold():
+    crowded = crowded_folders(PACKAGE) + crowded_folders(ROOT / "tests") + crowded_folders(ROOT / "benchmarks")
+    assert not crowded, crowded
+
+
+def test_the_folder_rule_sees_a_crowded_folder(tmp_path):
+    """Planted: a folder of 13 modules beside one of 12."""
+    for folder, count in (("crowded", FOLDER_MODULES + 1), ("held", FOLDER_MODULES)):
+        (tmp_path / folder).mkdir()
+        for i in range(count):
+            (tmp_path / folder / f"m{i}.py").write_text("")
+        (tmp_path / folder / "__init__.py").write_text("")
+    assert crowded_folders(tmp_path) == [f"{tmp_path / 'crowded'}: {FOLDER_MODULES + 1} modules"]
 
 
 #: the layers of the package, lowest first (harness/__init__.py writes them down, docs/layout.md draws them): a
@@ -122,26 +153,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def entry_block(node) -> bool:
-    """`if __name__ == "__main__":`: a module's command entry, as train.py is one: it may import the command line."""
-    test = node.test if isinstance(node, ast.If) else None
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-    )
-
-
 def harness_imports(path: Path) -> list[tuple[str, int]]:
-    """Every module of the package `path` imports (at the top or inside a function; a name imported from a package
-    counts as its module where one exists), with the line; a command entry's block left out."""
+    """Every module of the package `path` imports (at the top, inside a function or in a command's entry block; a
+    name imported from a package counts as its module where one exists), with the line."""
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     found = []
 
     def visit(node) -> None:
-        if entry_block(node):
-            return
         if isinstance(node, ast.Import):
             found.extend((a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "harness")
         elif isinstance(node, ast.ImportFrom):
@@ -302,7 +320,7 @@ def test_preparing_a_corpus_imports_neither_torch_nor_lightning(tmp_path):
     probe = (
         "import runpy, sys; sys.argv = ['prepare', 'data=corpus', 'tokenizer=char', f'data.files={sys.argv[1]}', "
         "f'data.root={sys.argv[2]}', 'data.length=16', 'data.workers=1'];\n"
-        "try:\n    runpy.run_module('harness.data.prepare', run_name='__main__')\n"
+        "try:\n    runpy.run_module('harness.cli.prepare', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
         "print('heavy:', sorted(m for m in ('torch', 'pytorch_lightning', 'lightning') if m in sys.modules))"
     )

@@ -34,7 +34,11 @@ def test_a_forks_loss_given_by_config_reaches_every_part(run_train, tmp_path, da
     callers = {line.split()[1] for line in notes.read_text().splitlines()}
     parts = {line.split()[0] for line in notes.read_text().splitlines()}
     assert parts == {"training", "preflight", "probes", "eval"}, callers
-    assert {"harness.train.module", "harness.probes.datapoints", "harness.probes.reach"} <= callers, callers
+    assert {
+        "harness.train.module",
+        "harness.probes.tokens.datapoints",
+        "harness.probes.tokens.reach",
+    } <= callers, callers
     assert any(c.startswith("harness.checks.") for c in callers), callers
 
 

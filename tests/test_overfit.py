@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.data.synthetic import generate
+from harness.data.sources.synthetic import generate
 from harness.tasks.training import run
 from harness.train.overfit import achievable_floor, eval_gap
 from tests.conftest import PROBES_OFF

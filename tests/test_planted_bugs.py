@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 import harness.ops
 from harness import checks
 from harness.checks import FAIL, PASS, WARN
-from harness.checks.result import train_pass
+from harness.checks.model.passes import train_pass
 from harness.data import CharTokenizer, SyntheticDataModule, TextDataModule
 from harness.models import LSTM, RNN, Transformer
 from harness.ops import CausalAttention, Twin, max_difference, registered

@@ -12,7 +12,7 @@ import torch
 from harness.config import build
 from harness.errors import ConfigError
 from harness.probes import Probe, ProbeSet
-from harness.probes.norms import ParameterNorms
+from harness.probes.layers.norms import ParameterNorms
 from harness.tasks.training import run
 from harness.train.module import HarnessModule
 from tests.fork_models import UnusedParamRNN

@@ -21,19 +21,19 @@ from torch.utils.data import DataLoader
 
 from harness.errors import ConfigError
 from harness.probes import ProbeSet
-from harness.probes.embeddings import project
 from harness.probes.figures import grad_by_position_figure, legend_labels
-from harness.probes.histograms import summarize
-from harness.probes.logits import LogitMass
-from harness.probes.norms import ParameterNorms, parameter_names
-from harness.probes.reach import reach
+from harness.probes.layers.histograms import summarize
+from harness.probes.layers.norms import ParameterNorms, parameter_names
+from harness.probes.tokens.embeddings import project
+from harness.probes.tokens.logits import LogitMass
+from harness.probes.tokens.reach import reach
 from harness.report.plots import UNDERFLOW
 from harness.tasks.training import run
+from harness.train.distributed.shard_sums import norms as whole_norms
+from harness.train.distributed.shard_sums import square_sums
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, position_stats
 from harness.train.nonfinite import NonFiniteGuard
-from harness.train.whole import norms as whole_norms
-from harness.train.whole import square_sums
 from tests.conftest import ROOT, compose_config
 from tests.fork_models import UnusedParamRNN
 

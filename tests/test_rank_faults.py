@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.train.heartbeat import Beat, alive
+from harness.train.distributed.heartbeat import Beat, alive
 from tests.conftest import PROBES_OFF, start_train, torchrun_nodes, train
 from tests.test_fsdp import metrics
 

@@ -82,7 +82,7 @@ GRADIENTS = textwrap.dedent('''
     from harness.models import RNN
     from harness.train.module import HarnessModule
     from harness.probes import ProbeSet
-    from harness.probes.norms import ParameterNorms
+    from harness.probes.layers.norms import ParameterNorms
 
 
     class LocalGradient(pl.Callback):

@@ -138,7 +138,7 @@ def test_a_signal_inside_a_held_import_is_raised_after_it_and_a_lost_one_before_
 
 
 def test_dataset_too_big_for_memory_is_refused_naming_the_key():
-    from harness.data.synthetic import SyntheticDataModule
+    from harness.data.sources.synthetic import SyntheticDataModule
 
     with pytest.raises(ConfigError, match=r"data\.length=.*GiB of memory.*lower data\.length or data\.size"):
         SyntheticDataModule(length=10**9, size=1000)
@@ -146,7 +146,7 @@ def test_dataset_too_big_for_memory_is_refused_naming_the_key():
 
 
 def test_long_generation_is_announced_with_an_estimate(tmp_path, caplog):
-    from harness.data import synthetic
+    from harness.data.sources import synthetic
 
     data = synthetic.SyntheticDataModule(length=40, size=9, val_size=1, root=str(tmp_path))
     with caplog.at_level("WARNING"):
@@ -414,10 +414,10 @@ def no_traceback(out: str) -> None:
 
 
 def prepare_process(cwd: Path, *args: str) -> subprocess.Popen:
-    """`python -m harness.data.prepare ARGS` in its own process group (as a shell job is), output to cwd/out.txt."""
+    """`python -m harness.cli.prepare ARGS` in its own process group (as a shell job is), output to cwd/out.txt."""
     env = {**os.environ, "PYTHONPATH": FORK}
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.data.prepare", *args],
+        [sys.executable, "-m", "harness.cli.prepare", *args],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=open(cwd / "out.txt", "w"),  # noqa: SIM115  (the child holds it; closed with the test's tmp dir)

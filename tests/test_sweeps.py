@@ -61,7 +61,7 @@ def init_reach(make_config, model: str, length: int) -> float:
     """Gradient reach of the built-in `model` at initialization, built as train.py builds it (the real configs,
     harness.tasks.training's order), on the first 4 validation examples of the first_token data of `length` (the
     grad_by_position probe also measures on 4 examples)."""
-    position = pytest.importorskip("harness.probes.reach", reason="a fork without src/harness/probes/")
+    position = pytest.importorskip("harness.probes.tokens.reach", reason="a fork without src/harness/probes/")
     cfg = make_config(
         f"model={model}", f"data.length={length}", "data.rule=first_token", "mode=full", "data.batch_size=4"
     )

@@ -24,8 +24,8 @@ from tests.sick_models import NegativeBiasReLU
 
 pytest.importorskip("harness.probes", reason="this project has no probes")  # a fork may delete them
 from harness.probes import ProbeSet  # noqa: E402
-from harness.probes.activations import Activations, kind_of  # noqa: E402
 from harness.probes.detectors import blocks_of  # noqa: E402
+from harness.probes.layers.activations import Activations, kind_of  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), needs_probes]
 
@@ -566,7 +566,7 @@ class TanhFromItsThirdForward(nn.Module):
 def test_a_model_that_called_no_activation_function_is_watched_again_every_recheck_readings():
     """Watching the functions costs a dispatch per torch call of the forward: after a reading that saw none the
     probe looks again every RECHECK readings only, and at every reading once it sees one."""
-    from harness.probes.activations import RECHECK
+    from harness.probes.layers.activations import RECHECK
 
     torch.manual_seed(0)
     model = TanhFromItsThirdForward()

@@ -17,8 +17,8 @@ import pytorch_lightning as pl
 import torch
 
 from harness import checks
-from harness.checks.precision import precision
-from harness.checks.rank_data import groups, rank_data
+from harness.checks.at_start.precision import precision
+from harness.checks.at_start.rank_data import groups, rank_data
 from harness.models import GPT, LSTM, RNN, Transformer
 from harness.ops.loss import CrossEntropy, LabelSmoothing, ZLoss
 from harness.report.verdict import read_verdict
@@ -197,7 +197,9 @@ def test_ranks_reading_copies_are_told_from_ranks_reading_duplicates():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_the_checksum_tells_one_changed_bit(dtype):
-    checksum = pytest.importorskip("harness.probes.agreement", reason="a fork without the probes").checksum
+    checksum = pytest.importorskip(
+        "harness.probes.layers.agreement", reason="a fork without the probes"
+    ).checksum
     weights = torch.randn(64, 32, generator=torch.Generator().manual_seed(0)).to(dtype)
     nudged = weights.clone()
     nudged[7, 3] = torch.nextafter(nudged[7, 3], torch.tensor(float("inf"), dtype=dtype))

@@ -18,8 +18,16 @@ from harness import compat
 from harness.errors import ConfigError
 from harness.report.run_page import next_step
 from harness.report.verdict import exit_code
-from harness.train.heartbeat import Beat, alive, born, machine_id, phase_of, read_beats, write_beat
-from harness.train.watchdog import LOST, STALLED, Fault, Heard, Named, RankWatch, ended, judge
+from harness.train.distributed.heartbeat import (
+    Beat,
+    alive,
+    born,
+    machine_id,
+    phase_of,
+    read_beats,
+    write_beat,
+)
+from harness.train.distributed.watchdog import LOST, STALLED, Fault, Heard, Named, RankWatch, ended, judge
 
 
 def heard(rank: int, step: int, phase: str, heard_at: float, moved_at: float) -> Heard:
@@ -210,7 +218,7 @@ def test_a_process_is_alive_until_it_ends_and_a_reused_pid_is_not_it():
 #: a stand-in rank: beats (and moves) every 0.1 s as rank 1 of attempt "t" in the run dir argv[1]
 BEATING = """
 import os, sys, time
-from harness.train.heartbeat import Beat, born, machine_id, write_beat
+from harness.train.distributed.heartbeat import Beat, born, machine_id, write_beat
 for count in range(1, 100000):
     beat = Beat(1, os.getpid(), "here", born(os.getpid()), "t", machine_id(), step=count, moves=count, count=count)
     beat.phase = "forward"

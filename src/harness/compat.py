@@ -128,7 +128,7 @@ def shutdown_workers(loader) -> None:
 def stand_down_child_observer() -> list:
     """The processes Lightning's launcher started for this machine's other ranks (none unless this process started
     them), its observer thread stood down: within 5 s of a rank's death it SIGKILLs this process too, before the
-    run's verdict is written. The harness's watchdog (harness.train.watchdog) watches them instead."""
+    run's verdict is written. The harness's watchdog (harness.train.distributed.watchdog) watches them instead."""
     import threading
 
     import lightning_fabric

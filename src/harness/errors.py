@@ -15,7 +15,7 @@ class ConfigError(ValueError):
 
 
 class PreflightFailed(Exception):
-    """A preflight check run once training has begun (harness.checks.started: after sharding, the precision in use,
+    """A preflight check run once training has begun (harness.checks.at_start.start_checks: after sharding, the precision in use,
     the ranks' data) failed, on every rank alike: no step is taken, and the verdict is PREFLIGHT_FAIL. Here, not
     beside the checks, so that the run can catch it without importing every check. `check`: the row's name."""
 

@@ -95,7 +95,7 @@ def leave_at_once() -> None:
         signal.signal(signum, leave)
 
 
-def ignore_from_now() -> None:
+def _ignore_from_now() -> None:
     """Ignore these signals for the rest of the process's life. Registered with atexit first, so run last: once
     Python's own finalization begins it puts the default action back in place of any Python handler (but not of
     an ignored signal), and a signal during the seconds that torch's teardown can take would kill the process
@@ -114,7 +114,7 @@ def guarded():
 
     gate = SignalGate()
     gate.install()
-    atexit.register(ignore_from_now)  # the first registered, the last run
+    atexit.register(_ignore_from_now)  # the first registered, the last run
     try:
         yield
     except Interrupted as stop:
@@ -277,7 +277,7 @@ def loky_workers(pid: int) -> list[int]:
     return [c for c, cmd in children(pid).items() if b"loky" in cmd and b"resource_tracker" not in cmd]
 
 
-def submitit_jobs(pid: int) -> list[int]:
+def _submitit_jobs(pid: int) -> list[int]:
     """The submitit controllers among `pid`'s children (hydra/launcher=local): one a job, each passing SIGTERM on
     to its job's process."""
     return [c for c, cmd in children(pid).items() if b"submitit.local._local" in cmd]
@@ -304,7 +304,10 @@ class SweepStop(SignalGate):
     def noticed(self, signum: int, repeat: bool) -> None:
         mark_stopped(self.sweep_dir, self.received)
         passed = []
-        for pids, sent in ((loky_workers(os.getpid()), signum), (submitit_jobs(os.getpid()), signal.SIGTERM)):
+        for pids, sent in (
+            (loky_workers(os.getpid()), signum),
+            (_submitit_jobs(os.getpid()), signal.SIGTERM),
+        ):
             for pid in pids:
                 try:
                     os.kill(pid, sent)

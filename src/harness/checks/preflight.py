@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checks.batch_format import sample_rows
-from harness.checks.data_reads import DataReads
+from harness.checks.at_start.after_sharding import skipped
+from harness.checks.data.batch_format import sample_rows
+from harness.checks.data.reads import DataReads
 from harness.checks.result import FAIL, CheckResult
-from harness.checks.sharded import skipped
 from harness.data.batch import training_mode
 from harness.seeding import rng_state, set_rng_state
 from harness.signals import SIGNALS, Interrupted
-from harness.train.sharding import on_meta_device
+from harness.train.distributed.sharding import on_meta_device
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class PreflightPlugin:
         self._seconds[report.nodeid] = self._seconds.get(report.nodeid, 0.0) + report.duration
         # a test that failed or crashed before recording a result still gets a row
         if report.failed and report.nodeid not in self._recorded:
-            self.add(CheckResult(check_name(report.nodeid), FAIL, crash(report)), report.nodeid)
+            self.add(CheckResult(_check_name(report.nodeid), FAIL, crash(report)), report.nodeid)
 
     def pytest_collection_modifyitems(self, items):
         """A fork's test of the model, while it has no weights (built on the meta device, not sharded yet): a SKIP
@@ -103,7 +103,7 @@ class PreflightPlugin:
             return
         for item in items:
             if "model" in getattr(item, "fixturenames", ()) and item.path.name != BUILT_IN:
-                self.add(skipped(check_name(item.nodeid)), item.nodeid)
+                self.add(skipped(_check_name(item.nodeid)), item.nodeid)
                 item.add_marker(pytest.mark.skip(reason="the model is on the meta device"))
 
     @pytest.hookimpl(wrapper=True)
@@ -119,7 +119,7 @@ class PreflightPlugin:
         return report
 
 
-def check_name(nodeid: str) -> str:
+def _check_name(nodeid: str) -> str:
     """A preflight test's row name: the check it runs (`test_data[loss_mask]` -> `loss_mask`), else the test's."""
     test = nodeid.split("::")[-1]
     return test[test.index("[") + 1 : -1] if test.endswith("]") and "[" in test else test
@@ -141,7 +141,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def preflight_files(cfg) -> list[str]:
+def _preflight_files(cfg) -> list[str]:
     """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
     train.py runs; harness.tasks.validate has made sure each exists: pytest would skip a missing one)."""
     extra = [str(Path(p)) for p in cfg.get("preflight_tests", None) or []]
@@ -149,7 +149,7 @@ def preflight_files(cfg) -> list[str]:
 
 
 @contextlib.contextmanager
-def signals_end_the_session():
+def _signals_end_the_session():
     """While pytest runs the checks, the Interrupted a signal handler raises reaches pytest as a KeyboardInterrupt,
     the one exception that ends its session at once: any other is that check's failure, and pytest goes on to
     the next check (minutes, for a long sequence). Yields the list the Interrupted is kept in, to raise again."""
@@ -173,7 +173,7 @@ def signals_end_the_session():
             signal.signal(signum, handler)
 
 
-def pass_seconds(model, batch: dict) -> float:
+def _pass_seconds(model, batch: dict) -> float:
     """Seconds one forward and backward pass over `batch` takes: the unit the preflight's time is counted in."""
     started = time.perf_counter()
     model(batch["input_ids"]).float().logsumexp(dim=-1).mean().backward()
@@ -184,7 +184,7 @@ def pass_seconds(model, batch: dict) -> float:
 def announce(model, batch: dict) -> float:
     """The preflight's time, estimated from one pass over its batch, said up front when it is long (a very
     long sequence, the loop twins): minutes without a word read as a hang. Returns the estimate."""
-    one = pass_seconds(model, batch)
+    one = _pass_seconds(model, batch)
     seconds = PASSES * one
     if seconds > ANNOUNCE_S:
         examples, tokens = batch["input_ids"].shape
@@ -206,7 +206,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
         log.info("preflight skipped (preflight=false)")
         return []
     started = time.perf_counter()
-    files = preflight_files(cfg)
+    files = _preflight_files(cfg)
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
     threads, generators = torch.get_num_threads(), rng_state()
@@ -230,7 +230,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
             # device has nothing to run yet
             if batch.unusable is None and not on_meta_device(model):
                 announce(model, batch)
-            with signals_end_the_session() as caught:
+            with _signals_end_the_session() as caught:
                 code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:
         torch.set_num_threads(threads)

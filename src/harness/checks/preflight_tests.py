@@ -11,8 +11,8 @@ without recording a result still shows up as FAIL under its own name."""
 import pytest
 
 from harness import checks
-from harness.checks.sharded import skipped
-from harness.train.sharding import on_meta_device
+from harness.checks.at_start.after_sharding import skipped
+from harness.train.distributed.sharding import on_meta_device
 
 
 @pytest.mark.parametrize("check", checks.DATA_CHECKS, ids=lambda c: c.__name__)

@@ -3,7 +3,7 @@
     __init__.py         main: train.py's and eval.py's entry (a signal handler first, then the overrides
                         checked, then Hydra runs the job: harness.tasks.job)
     overrides.py        every job's config composed and validated, its folders checked, before anything runs
-    prepare_command.py  `python -m harness.data.prepare`: a dataset made ready without training
+    prepare.py          `python -m harness.cli.prepare`: a dataset made ready without training
 
 Exit codes: harness.report.verdict.EXIT_CODES (a verdict's status), 2 for a config or input mistake, 128 + the
 signal when interrupted (130 SIGINT, 143 SIGTERM).

@@ -24,7 +24,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.config.extras import check_plugins
     from harness.report.optimized_metric import search_class
     from harness.tasks.try_build import as_a_job
-    from harness.train.devices import check_torchrun_launch
+    from harness.train.distributed.devices import check_torchrun_launch
 
     args = hydra_args_parser().parse_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion or args.cfg:
@@ -33,7 +33,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as err:  # Hydra's own grammar error already names the override
         die(grammar_error(err, args.overrides), err)
-    variants, hydra_overrides = variants_of(parsed)
+    variants, hydra_overrides = _variants_of(parsed)
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="train"):
         # where configs are looked for counts when composing a job too (a fork's conf folder outside conf/)
         searchpath = [o for o in hydra_overrides if o.lstrip("+~").startswith("hydra.searchpath")]
@@ -51,17 +51,17 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
             check_torchrun_launch(hydra_cfg, multirun)  # processes torchrun started: one run, one dir
         except ConfigError as err:
             die(str(err), err)
-        jobs = checked_jobs(variants, searchpath, hydra_cfg, multirun, job_config(first))
+        jobs = _checked_jobs(variants, searchpath, hydra_cfg, multirun, _job_config(first))
         cfg = jobs[-1][0]
-        check_folders(cfg, hydra_cfg, multirun)
+        _check_folders(cfg, hydra_cfg, multirun)
         # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
-        launcher_base = hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
+        launcher_base = _hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
         with as_a_job(first):
-            try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
-    return search_class(hydra_cfg.sweeper, multirun) + rank_args(hydra_overrides)
+            _try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
+    return search_class(hydra_cfg.sweeper, multirun) + _rank_args(hydra_overrides)
 
 
-def rank_args(hydra_overrides: list[str]) -> list[str]:
+def _rank_args(hydra_overrides: list[str]) -> list[str]:
     """What a rank > 0 started with the others (torchrun, ranks started by hand) adds to the command line: no
     `.hydra/` of its own in the run dir it shares with rank 0, which writes it (Lightning does the same for the
     ranks it starts)."""
@@ -73,7 +73,7 @@ def rank_args(hydra_overrides: list[str]) -> list[str]:
     )
 
 
-def job_config(composed: DictConfig) -> DictConfig:
+def _job_config(composed: DictConfig) -> DictConfig:
     """A job's config from its composition with the Hydra settings (return_hydra_config=True): the same config
     less its `hydra` node, as Hydra's compose itself makes it (the settings' overrides touch only that node)."""
     import copy
@@ -86,7 +86,7 @@ def job_config(composed: DictConfig) -> DictConfig:
     return cfg
 
 
-def checked_jobs(
+def _checked_jobs(
     variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool, first: DictConfig
 ) -> list[tuple]:
     """Each job's config composed and validated, as (config, the config files' own, the keys given); the first
@@ -97,7 +97,7 @@ def checked_jobs(
     from harness.config.explain import base_of, explain
     from harness.report.optimized_metric import check_sweeper
     from harness.tasks.validate import check_types, validate
-    from harness.train.devices import check_launch, on_cluster
+    from harness.train.distributed.devices import check_launch, on_cluster
 
     jobs = []
     for index, variant in enumerate(variants):
@@ -120,7 +120,7 @@ def checked_jobs(
     return jobs
 
 
-def hydra_base(overrides: list[str], searchpath: list[str]):
+def _hydra_base(overrides: list[str], searchpath: list[str]):
     """The Hydra settings composed with the command line's group choices only (hydra/launcher=parallel): the
     config files' values, which a refusal is explained against. Inside initialize_config_dir."""
     from hydra import compose
@@ -135,12 +135,12 @@ def hydra_base(overrides: list[str], searchpath: list[str]):
         return None
 
 
-def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
+def _try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
     """Build what each job's config builds and, for a sweep, its launcher (harness.tasks.try_build): a value a
     library refuses is one line now, not a traceback after the data is built."""
     from harness.signals import Interrupted, received
     from harness.tasks.try_build import launcher_trial, trial
-    from harness.train.devices import on_cluster
+    from harness.train.distributed.devices import on_cluster
 
     try:
         for cfg, base, given in jobs:
@@ -154,7 +154,7 @@ def try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str]
         die(str(err), err)
 
 
-def variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
+def _variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
     """The job configs' overrides to compose, each value of a sweep with the first of every other (enough to catch
     any single bad value), and the Hydra settings (launcher, sweeper, output dirs), checked apart."""
     variants, hydra_overrides = [[]], []
@@ -176,19 +176,19 @@ def variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
     return variants, hydra_overrides
 
 
-def check_folders(cfg, hydra_cfg, multirun: bool) -> None:
+def _check_folders(cfg, hydra_cfg, multirun: bool) -> None:
     """The folders a run writes: its run (or sweep) dir can be made and holds no earlier run, and data.root, where
     datasets are generated, can be made (an existing one may be a read-only cache, checked when written)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     directory = str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir)
-    check_writable(key, directory)
-    check_earlier_runs(cfg, Path(directory), multirun)
+    _check_writable(key, directory)
+    _check_earlier_runs(cfg, Path(directory), multirun)
     root = (cfg.get("data") or {}).get("root")
     if root is not None and not Path(str(root)).is_dir():
-        check_writable("data.root", str(root), example="data")
+        _check_writable("data.root", str(root), example="data")
 
 
-def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
+def _check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
     """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
     harness.tasks.job.check_run_dir allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
     (torchrun, SLURM) each check it, and rank 0 alone empties it for +overwrite=true."""
@@ -199,10 +199,10 @@ def check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
     try:
         from harness.tasks.job import check_run_dir
 
-        (check_sweep_dir if multirun else check_run_dir)(cfg, directory)
+        (_check_sweep_dir if multirun else check_run_dir)(cfg, directory)
         overwrite = cfg.get("overwrite", False) is True and global_rank() == 0
         if overwrite and replaced(cfg, directory, multirun):
-            empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
+            _empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
 
@@ -219,7 +219,7 @@ def replaced(cfg, directory: Path, multirun: bool) -> bool:
     return status_in(Path(directory)) is not None and not inside
 
 
-def empty_out(key: str, directory: Path) -> None:
+def _empty_out(key: str, directory: Path) -> None:
     """Remove everything in `directory` (what the run it replaces wrote: checkpoints, logs, plots, a tracker's
     files), before Hydra writes the new run's: nothing of the earlier run is mistaken for this one's. Refused for
     a folder that holds the working directory (a run dir of its own is what +overwrite=true replaces)."""
@@ -243,7 +243,7 @@ def empty_out(key: str, directory: Path) -> None:
             continue
 
 
-def check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
+def _check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
     """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
     import tempfile
 
@@ -262,7 +262,7 @@ def check_writable(key: str, directory: str, example: str = "outputs/...") -> No
         )
 
 
-def check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
+def _check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
     """Refuse a sweep directory any of whose job dirs holds a verdict, whatever its status: the new sweep would
     overwrite those jobs and their summary. Allowed: `+overwrite=true`."""
     if cfg.get("overwrite", False) is True or not Path(sweep_dir).is_dir():

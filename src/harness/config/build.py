@@ -20,7 +20,7 @@ from harness.errors import ConfigError
 QUOTED = 240
 
 
-def unknown_argument(target, names) -> str | None:
+def _unknown_argument(target, names) -> str | None:
     """The first of `names` that `target` (a class or function) takes no argument of; None if it takes them
     all, or any keyword (**kwargs), or its signature cannot be read."""
     try:
@@ -32,8 +32,8 @@ def unknown_argument(target, names) -> str | None:
     return next((name for name in names if name not in params), None)
 
 
-def refuse_argument(node: DictConfig, key: str, target, names) -> None:
-    name = unknown_argument(target, names)
+def _refuse_argument(node: DictConfig, key: str, target, names) -> None:
+    name = _unknown_argument(target, names)
     if name is not None:
         raise ConfigError(
             f"{key}.{name}",
@@ -89,7 +89,7 @@ def refused(
 ) -> ConfigError:
     """One line for a library's refusal (`err`) of the config node at `key`: the key at fault (see the module
     docstring; `attempt(node)` builds a node again), its value, the library's words and the file's value."""
-    what, err = what or str(node.get("_target_") or key), library_error(err)
+    what, err = what or str(node.get("_target_") or key), _library_error(err)
     name = culprit(node, base, list(order), attempt) if attempt is not None else None
     if name is None:
         words = set(re.findall(r"\w+", str(err).lower()))
@@ -106,7 +106,7 @@ def refused(
     return ConfigError(f"{key}.{name}", shown(node.get(name)), f"{what} refuses it ({said(err)}); {fix}")
 
 
-def library_error(err: BaseException) -> BaseException:
+def _library_error(err: BaseException) -> BaseException:
     """The library's own error behind a ConfigError that `refused` made (its words, not the line built from them)."""
     return getattr(err, "library", None) or err
 
@@ -130,14 +130,14 @@ def build(node: DictConfig, key: str, **kwargs):
             ) from None
         if isinstance(cause, TypeError):
             names = [k for k in node if not str(k).startswith("_")] + list(kwargs)
-            refuse_argument(node, key, get_object(node._target_), names)
+            _refuse_argument(node, key, get_object(node._target_), names)
         if isinstance(cause, (ValueError, TypeError, IndexError, AssertionError)):
             error = refused(cause, key, node)
             error.library = cause  # a caller that can try other values names the key from the library's words
             raise error from None
         raise
     if isinstance(made, functools.partial):
-        refuse_argument(node, key, made.func, list(made.keywords))
+        _refuse_argument(node, key, made.func, list(made.keywords))
     return made
 
 
@@ -148,4 +148,4 @@ def takes(node: DictConfig, name: str) -> bool:
         target = get_object(node._target_)
     except Exception:  # reported, with the key, by build()
         return False
-    return unknown_argument(target, [name]) is None
+    return _unknown_argument(target, [name]) is None

@@ -67,7 +67,7 @@ MODES = {
 
 @dataclass
 class Watchdog:
-    """A run on several processes: when a rank that died or stopped is named (harness.train.watchdog)."""
+    """A run on several processes: when a rank that died or stopped is named (harness.train.distributed.watchdog)."""
 
     stall_s: float = 300.0  # no rank moved on this long while one waits: the ones behind are named
     silent_s: float = (

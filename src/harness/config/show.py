@@ -28,9 +28,9 @@ def show_config(cfg: DictConfig, run_dir: Path, console: bool = True) -> Path:
     plain = resolved(cfg)
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     path = Path(run_dir) / "config_tree.log"
-    path.write_text(render(whole_tree(plain, choices)))
+    path.write_text(render(_whole_tree(plain, choices)))
     if console:
-        log.info("config (every key: %s)\n%s", path, render(short_tree(plain, choices)).rstrip())
+        log.info("config (every key: %s)\n%s", path, render(_short_tree(plain, choices)).rstrip())
     return path
 
 
@@ -49,7 +49,7 @@ def label(key: str, choices: dict) -> str:
     return f"{key}: {choice}" if isinstance(choice, str) else key
 
 
-def whole_tree(plain: dict, choices: dict) -> Tree:
+def _whole_tree(plain: dict, choices: dict) -> Tree:
     """Every key: a branch a node, a leaf a value."""
     tree = Tree("config")
 
@@ -64,7 +64,7 @@ def whole_tree(plain: dict, choices: dict) -> Tree:
     return tree
 
 
-def short_tree(plain: dict, choices: dict) -> Tree:
+def _short_tree(plain: dict, choices: dict) -> Tree:
     """One line for the top-level values, then one line a group: its option and its own values (a nested node
     as `name{…}`), cut at the width."""
     tree = Tree("config")

@@ -18,7 +18,7 @@ from harness.data.tokenizer import CharTokenizer, Tokenizer
 log = logging.getLogger(__name__)
 
 
-def encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length: int) -> dict:
+def _encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length: int) -> dict:
     """Encode records into batch tensors of shape [examples, length].
 
     classify: input = the text, the label is the target at the last position, only it is in the mask.
@@ -46,7 +46,7 @@ class CharDataset(Dataset):
 
     def __init__(self, records: list[dict], tokenizer: Tokenizer, task: str, length: int):
         self.records, self.task = records, task
-        self.tensors = encode_records(records, tokenizer, task, length)
+        self.tensors = _encode_records(records, tokenizer, task, length)
 
     def __len__(self) -> int:
         return len(self.records)

@@ -118,13 +118,13 @@ def read_meta(directory: Path) -> dict:
     return meta
 
 
-def line_limit(length: int) -> int:
+def _line_limit(length: int) -> int:
     """The longest line a record of `length` characters can be: every character JSON-escaped (a surrogate pair,
     12 bytes), the label and the keys besides. A longer line is refused before it is read whole."""
     return 12 * (length + 2) + 1024
 
 
-def parse_record(raw: bytes, where: str, meta: dict) -> dict:
+def _parse_record(raw: bytes, where: str, meta: dict) -> dict:
     """One line of a split as a record, every rule of the format checked; CorruptDataset names `where` (the
     file and line) and quotes at most an excerpt."""
     try:
@@ -186,7 +186,7 @@ def read_split(directory: Path, split: str, meta: dict | None = None) -> list[di
         raise CorruptDataset(f"{path}: missing")
     if sha256_file(path) != expected["sha256"]:
         raise CorruptDataset(f"{path}: checksum mismatch (truncated or edited after it was written)")
-    limit, records = line_limit(meta["length"]), []
+    limit, records = _line_limit(meta["length"]), []
     with open(path, "rb") as f:
         while raw := f.readline(limit + 1):
             where = f"{path} line {len(records) + 1}"
@@ -194,7 +194,7 @@ def read_split(directory: Path, split: str, meta: dict | None = None) -> list[di
                 raise CorruptDataset(
                     f"{where}: longer than {limit:,} bytes, more than a record of length {meta['length']} can be"
                 )
-            records.append(parse_record(raw, where, meta))
+            records.append(_parse_record(raw, where, meta))
     if len(records) != expected["examples"]:
         raise CorruptDataset(f"{path}: {len(records)} records, meta.json says {expected['examples']}")
     return records

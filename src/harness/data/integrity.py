@@ -86,7 +86,7 @@ def state(path: Path) -> list[int]:
     return [info.st_size, info.st_ino, info.st_mtime_ns, info.st_ctime_ns]
 
 
-def read_stamps(folder: Path) -> dict:
+def _read_stamps(folder: Path) -> dict:
     try:
         stamps = json.loads((Path(folder) / STAMPS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -94,7 +94,7 @@ def read_stamps(folder: Path) -> dict:
     return stamps if isinstance(stamps, dict) else {}
 
 
-def write_stamps(folder: Path, stamps: dict) -> None:
+def _write_stamps(folder: Path, stamps: dict) -> None:
     """`.verified.json`, replaced whole; nothing where the folder cannot be written (a read-only cache)."""
     try:
         handle, staging = tempfile.mkstemp(prefix=f"{STAMPS}.", dir=folder)
@@ -112,7 +112,7 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
         meta, wrong = read_meta(folder)
         if wrong:
             return wrong
-    stamps, known = {}, read_stamps(folder)
+    stamps, known = {}, _read_stamps(folder)
     for shard in meta["shards"]:
         path = Path(folder) / shard["file"]
         try:
@@ -127,10 +127,12 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
             return f"{shard['file']} cannot be read ({err.strerror or err})"
         stamps[shard["file"]] = [*now, shard["sha256"]]
     if stamps != known:
-        write_stamps(folder, stamps)
+        _write_stamps(folder, stamps)
     return None
 
 
 def stamp(folder: Path, meta: dict) -> None:
     """Record every shard of a folder just written as verified (its digests were computed as it was written)."""
-    write_stamps(folder, {s["file"]: [*state(Path(folder) / s["file"]), s["sha256"]] for s in meta["shards"]})
+    _write_stamps(
+        folder, {s["file"]: [*state(Path(folder) / s["file"]), s["sha256"]] for s in meta["shards"]}
+    )

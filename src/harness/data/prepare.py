@@ -44,7 +44,7 @@ def locked(path: Path):
 
 
 def unusable(data) -> str | None:
-    """Why `data`'s (a harness.data.corpus.Corpus) prepared folder cannot be used as it is, or None: it is whole
+    """Why `data`'s (a harness.data.sources.corpus.Corpus) prepared folder cannot be used as it is, or None: it is whole
     (harness.data.integrity: meta.json's shape, each shard's length and checksum) and, for tokenizer=bpe, its
     tokenizer.json reads."""
     if not data.dataset_dir.exists():
@@ -75,7 +75,7 @@ def writing(data, why: str):
 
 
 def prepare(data) -> Path:
-    """Make `data`'s (a harness.data.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
+    """Make `data`'s (a harness.data.sources.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
     one is read without writing anything (a read-only data.root works); a damaged one is prepared again. A user
     mistake in the files is a ConfigError, and leaves nothing that looks whole."""
     folder, why = data.dataset_dir, unusable(data)
@@ -109,7 +109,7 @@ def write(data) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        written = run_tasks(
+        written = _run_tasks(
             shards.encode_task,
             tasks,
             data.workers,
@@ -164,7 +164,7 @@ def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokeniz
     if cfg["kind"] == "hf":
         return load_hf(cfg["path"], cfg.get("eos_token"))
     if cfg["kind"] == "char":
-        seen = run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
+        seen = _run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
         found = "".join(sorted(set("".join(chars for (chars,) in seen))))
         alphabet = cfg.get("alphabet")
         unknown = "".join(sorted(set(found) - set(alphabet or found)))
@@ -185,7 +185,7 @@ def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokeniz
     return data.trained_bpe()
 
 
-def run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:
+def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:
     """`function(task, **kwargs)` of every task, in task order, over a pool of `workers` processes (in this one
     when one suffices), with a progress bar by bytes on stderr. A worker's exception is raised here."""
     from tqdm import tqdm
@@ -222,7 +222,10 @@ def describe(tokenizer) -> dict:
     }
 
 
-if __name__ == "__main__":  # the command's entry is the command line's (harness.cli.prepare_command)
-    from harness.cli.prepare_command import main
+if (
+    __name__ == "__main__"
+):  # the command's earlier name: the command line's own (harness.cli.prepare) takes over
+    import os
+    import sys
 
-    main()
+    os.execv(sys.executable, [sys.executable, "-m", "harness.cli.prepare", *sys.argv[1:]])

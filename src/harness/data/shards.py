@@ -1,6 +1,6 @@
 """Token shards on disk: a corpus's files read in pieces and tokenized (the workers' side of
 harness.data.prepare, which runs them and commits the folder), and read back through memory maps
-(harness.data.corpus's windows).
+(harness.data.sources.corpus's windows).
 
 A prepared folder:
 
@@ -73,7 +73,7 @@ def cut_after(data: bytes, lines: bool) -> int:
     return 0
 
 
-def first_cut(data: bytes, lines: bool) -> int | None:
+def _first_cut(data: bytes, lines: bool) -> int | None:
     """The first place in `data` where a piece may begin, as `cut_after` places it; None if none."""
     i = -1
     while (i := data.find(b"\n", i + 1, len(data) - 1)) >= 0:
@@ -90,7 +90,7 @@ def split_file(path: str, size: int, piece_bytes: int) -> list[Piece]:
     with open(path, "rb") as f:
         while starts[-1] + piece_bytes < size:
             f.seek(starts[-1] + piece_bytes)
-            cut = first_cut(f.read(BLOCK), lines=path.endswith(".jsonl"))
+            cut = _first_cut(f.read(BLOCK), lines=path.endswith(".jsonl"))
             if cut is None:  # nowhere to cut in a whole block: the rest is one piece
                 break
             starts.append(starts[-1] + piece_bytes + cut)

@@ -19,7 +19,7 @@ SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 FFN_KEYS = ("intermediate_size", "n_inner", "ffn_dim")
 
 
-def architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
+def _architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
     """The `transformers` config of `arch`: `sizes` in the usual keys (hidden_size, num_hidden_layers, ...,
     which each architecture maps to its own), every dropout rate set to `dropout`, and `extra` (the
     architecture's own keys, each checked to exist)."""
@@ -82,7 +82,7 @@ class HFCausalLM(nn.Module):
             "max_position_embeddings": max_len,
             "intermediate_size": ffn or 4 * d_model,
         }
-        hf_config = architecture_config(arch, sizes, dropout, dict(config or {}))
+        hf_config = _architecture_config(arch, sizes, dropout, dict(config or {}))
         chosen = (
             {} if attention is None else {"attn_implementation": attention}
         )  # None: the architecture's own

@@ -39,7 +39,7 @@ class MaskedCrossEntropy(Twin):
         for i in range(logits.shape[0]):
             for t in range(logits.shape[1]):
                 if loss_mask[i, t]:
-                    terms.append(-torch.log_softmax(widened(logits[i, t]), dim=0)[targets[i, t]])
+                    terms.append(-torch.log_softmax(_widened(logits[i, t]), dim=0)[targets[i, t]])
         return torch.stack(terms).mean()
 
     def vectorized(self, logits, targets, loss_mask):
@@ -56,7 +56,7 @@ class MaskedCrossEntropy(Twin):
         return logits, targets, loss_mask
 
 
-def widened(logits: torch.Tensor) -> torch.Tensor:
+def _widened(logits: torch.Tensor) -> torch.Tensor:
     """`logits` in float32 where they are in a lower precision (bf16, fp16), else as they are (float64 stays)."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
@@ -67,7 +67,7 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.
     past the vocabulary): it is never read."""
     safe = torch.where(loss_mask, targets, torch.zeros_like(targets))
     flat = F.cross_entropy(
-        rearrange(widened(logits), "b time vocab -> (b time) vocab"),
+        rearrange(_widened(logits), "b time vocab -> (b time) vocab"),
         rearrange(safe, "b time -> (b time)"),
         reduction="none",
     )
@@ -135,7 +135,7 @@ class LabelSmoothing(Loss):
         self.smoothing = smoothing
 
     def per_position(self, logits, targets, loss_mask):
-        logits = widened(logits)
+        logits = _widened(logits)
         uniform = logits.logsumexp(dim=-1) - logits.mean(dim=-1)
         return (1 - self.smoothing) * self.nll(logits, targets, loss_mask) + self.smoothing * uniform
 
@@ -151,7 +151,9 @@ class ZLoss(Loss):
         self.weight = weight
 
     def per_position(self, logits, targets, loss_mask):
-        return self.nll(logits, targets, loss_mask) + self.weight * widened(logits).logsumexp(dim=-1).square()
+        return (
+            self.nll(logits, targets, loss_mask) + self.weight * _widened(logits).logsumexp(dim=-1).square()
+        )
 
 
 def own_reduction(loss) -> bool:

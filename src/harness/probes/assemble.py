@@ -42,12 +42,12 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None)
     `loss`: the run's loss (harness.ops.loss; None: cross entropy)."""
     if not cfg.get("enabled", True):
         return []
-    cfg = with_aliases(cfg)
-    entries = [(f"probes.{name}", node) for name, node in cfg.items() if is_entry(name)]
+    cfg = _with_aliases(cfg)
+    entries = [(f"probes.{name}", node) for name, node in cfg.items() if _is_entry(name)]
     entries += [(f"probes.extra.{name}", node) for name, node in (cfg.get("extra") or {}).items()]
     probes, callbacks = [], []
     for key, node in entries:
-        built = build_entry(key, node, overfit)
+        built = _build_entry(key, node, overfit)
         if isinstance(built, Probe):
             probes.append(built)
         elif built is not None:
@@ -59,12 +59,12 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None)
     return [ProbeSet(probes, run), *callbacks] if probes else callbacks
 
 
-def is_entry(name: str) -> bool:
+def _is_entry(name: str) -> bool:
     """Whether the key `name` of the `probes` node may hold a probe (not a setting, an alias or `_target_`)."""
     return not name.startswith("_") and name not in SETTINGS and name not in ALIASES
 
 
-def with_aliases(cfg: DictConfig) -> DictConfig:
+def _with_aliases(cfg: DictConfig) -> DictConfig:
     """`cfg` with each value given under an old entry name (ALIASES; null: not given) moved to the new one,
     with a one-line warning naming both."""
     given = {
@@ -91,7 +91,7 @@ def with_aliases(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
+def _build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
     """The callback the entry at `key` builds, or None where it is off (`enabled: false`, `full: false` in
     mode=full, or the entry set to null). A mistake in it is a one-line ConfigError naming the key."""
     if node is None:

@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 from harness.errors import ConfigError
 from harness.ops.loss import CrossEntropy, Loss
 from harness.probes.sink import MetricSink
-from harness.train.whole import sharded
+from harness.train.distributed.shard_sums import sharded
 
 log = logging.getLogger(__name__)
 

@@ -121,12 +121,12 @@ def finite(y) -> bool:
     return isinstance(y, (int, float)) and math.isfinite(y)
 
 
-def on_axis(y, log: bool) -> bool:
+def _on_axis(y, log: bool) -> bool:
     """Whether `y` can be drawn on the axis: a finite number, above 0 on a log axis."""
     return finite(y) and (y > 0 or not log)
 
 
-def framed(chart: Chart, xs: list[float], ys: list[float]) -> Frame:
+def _framed(chart: Chart, xs: list[float], ys: list[float]) -> Frame:
     y_lo, y_hi = min(ys), max(ys)
     if chart.log_y:
         y_lo, y_hi = math.log10(y_lo), math.log10(y_hi)
@@ -174,7 +174,7 @@ def across(f: Frame, level: Level) -> str:
     )
 
 
-def upright(f: Frame, mark: Mark) -> str:
+def _upright(f: Frame, mark: Mark) -> str:
     _, top, _, h = f.box
     x = f.px(mark.x)
     return (
@@ -184,7 +184,7 @@ def upright(f: Frame, mark: Mark) -> str:
     )
 
 
-def floored(f: Frame, points: list[tuple[float, float]], color: str) -> str:
+def _floored(f: Frame, points: list[tuple[float, float]], color: str) -> str:
     """Values a log axis cannot show (exactly 0, an underflow: often the finding) as ▼ on the plot's floor."""
     _, top, _, h = f.box
     marks = "".join(
@@ -200,21 +200,21 @@ def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), level
     floor; where nothing is above 0 the axis is linear."""
     if chart.log_y and not any(finite(y) and y > 0 for s in series for _, y in s.points):
         chart = replace(chart, log_y=False)
-    shown = [(s, sorted((x, y) for x, y in s.points if on_axis(y, chart.log_y))) for s in series]
+    shown = [(s, sorted((x, y) for x, y in s.points if _on_axis(y, chart.log_y))) for s in series]
     floors = [sorted((x, y) for x, y in s.points if chart.log_y and finite(y) and y <= 0) for s in series]
     kept = [i for i, (_, points) in enumerate(shown) if points or floors[i]]
     if not kept:
         return missing(f"{chart.title}: nothing recorded")
-    levels = [lv for lv in levels if on_axis(lv.y, chart.log_y)]
+    levels = [lv for lv in levels if _on_axis(lv.y, chart.log_y)]
     xs = [x for i in kept for x, _ in shown[i][1] + floors[i]] + [m.x for m in marks]
-    f = framed(chart, xs, [y for _, points in shown for _, y in points] + [lv.y for lv in levels] or [1.0])
+    f = _framed(chart, xs, [y for _, points in shown for _, y in points] + [lv.y for lv in levels] or [1.0])
     colors = {i: PALETTE[n % len(PALETTE)] for n, i in enumerate(kept)}
     parts = grid(f)
     for i in kept:
         s, points = shown[i]
         parts += [curve(f, Series(s.name, thinned(points), s.dashed), colors[i])] if points else []
-        parts += [floored(f, floors[i], colors[i])] if floors[i] else []
-    parts += [across(f, level) for level in levels] + [upright(f, mark) for mark in marks]
+        parts += [_floored(f, floors[i], colors[i])] if floors[i] else []
+    parts += [across(f, level) for level in levels] + [_upright(f, mark) for mark in marks]
     legend = " ".join(
         f'<span style="color:{colors[i]}">{"┅" if shown[i][0].dashed else "━"} {escape(shown[i][0].name)}'
         + (f" ({len(floors[i])} at 0 or below: ▼)" if floors[i] else "")

@@ -14,7 +14,7 @@ from pathlib import Path
 USAGE = "usage: python -m harness.report DIR   (a run dir, outputs/runs/<date>/<time>, or a sweep dir, outputs/multirun/<date>/<time>)"
 
 
-def is_run(folder: Path) -> bool:
+def _is_run(folder: Path) -> bool:
     return (folder / "verdict.json").exists() or (folder / ".hydra").is_dir()
 
 
@@ -42,7 +42,7 @@ def rebuilt(folder: Path) -> int:
     from harness.report.run_page import write_run_page
     from harness.report.summary import collect, write_summary
 
-    if is_run(folder):
+    if _is_run(folder):
         print(f"written: {write_run_page(folder)}")
         return 0
     jobs = collect(folder)

@@ -91,7 +91,7 @@ def search_class(sweeper, multirun: bool) -> list[str]:
 
 def metric_value(verdict: dict, name: str, run_dir: Path) -> float | None:
     """The finite number `name` stands for in this job's results, or None."""
-    value = last_logged(run_dir / "metrics.csv", name) if "/" in name else verdict.get(name)
+    value = _last_logged(run_dir / "metrics.csv", name) if "/" in name else verdict.get(name)
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -101,7 +101,7 @@ def metric_value(verdict: dict, name: str, run_dir: Path) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def last_logged(path: Path, column: str) -> str | None:
+def _last_logged(path: Path, column: str) -> str | None:
     """The last non-empty value of `column` in metrics.csv, or None."""
     if not path.is_file():
         return None

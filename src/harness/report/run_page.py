@@ -54,13 +54,13 @@ def natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def per_parameter(name: str) -> bool:
+def _per_parameter(name: str) -> bool:
     kind, _, param = name.partition("/")
     return kind in ("grad_norm", "update_ratio") and param not in ("total", "missing", "dead")
 
 
 def wanted(name: str) -> bool:
-    return name in LOSSES or name in P_CORRECT or per_parameter(name)
+    return name in LOSSES or name in P_CORRECT or _per_parameter(name)
 
 
 def listed(value) -> list:
@@ -157,7 +157,7 @@ def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
     return ""
 
 
-def verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[str]) -> str:
+def _verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[str]) -> str:
     if v is None:
         told = (
             why
@@ -179,7 +179,7 @@ def verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[
     )
 
 
-def preflight_part(v: dict | None) -> str:
+def _preflight_part(v: dict | None) -> str:
     rows = [c for c in (v or {}).get("checks") or [] if isinstance(c, dict)]
     if not rows:
         return missing(
@@ -195,7 +195,7 @@ def preflight_part(v: dict | None) -> str:
     )
 
 
-def symptoms_part(v: dict | None) -> str:
+def _symptoms_part(v: dict | None) -> str:
     found = [s for s in (v or {}).get("symptoms") or [] if isinstance(s, dict)]
     if not found:
         return missing("none seen")
@@ -208,7 +208,7 @@ def symptoms_part(v: dict | None) -> str:
     )
 
 
-def per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
+def _per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
     names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=natural)
     if not names:
         return missing(f"{title}: not recorded")
@@ -220,7 +220,7 @@ def per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
     return heat_map(title, names, steps, [[series[n].get(s) for s in steps] for n in names])
 
 
-def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
+def _curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
     curves, parts = metrics.curves, []
     if metrics.problem:
         parts.append(missing(metrics.problem))
@@ -239,8 +239,8 @@ def curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
     parts.append(line_chart(Chart("loss", "step", "loss", log_y=True), losses, marks, levels))
     p_correct = [Series(label, curves.get(key, [])) for key, label in P_CORRECT.items()]
     parts.append(line_chart(Chart("probability on the right answer", "step", "p(correct)"), p_correct, marks))
-    parts.append(per_layer("grad_norm", "gradient norm by parameter", curves, "‖grad‖"))
-    parts.append(per_layer("update_ratio", "update ratio ‖Δw‖/‖w‖ by parameter", curves, "‖Δw‖/‖w‖"))
+    parts.append(_per_layer("grad_norm", "gradient norm by parameter", curves, "‖grad‖"))
+    parts.append(_per_layer("update_ratio", "update ratio ‖Δw‖/‖w‖ by parameter", curves, "‖Δw‖/‖w‖"))
     grads = (v or {}).get("grad_by_position") or {}
     reach = [
         Series(
@@ -277,7 +277,7 @@ def marked(target: str, prediction: str) -> str:
     return "".join(out)
 
 
-def datapoints_part(path: Path) -> str:
+def _datapoints_part(path: Path) -> str:
     if not path.is_file():
         return missing(
             f"{path.name}: not written (probes.datapoints off, or the run stopped before its first dump)"
@@ -319,7 +319,7 @@ def datapoints_part(path: Path) -> str:
     return "\n".join(parts)
 
 
-def config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] | None) -> str:
+def _config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] | None) -> str:
     if cfg is None:
         return missing(why or ".hydra/config.yaml: not written")
     values = flat(cfg)
@@ -366,19 +366,21 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     overrides = [str(o) for o in given or []]
     target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
     goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
-    metrics = read_metrics(run_dir / "metrics.csv", wanted, sampled=per_parameter)
+    metrics = read_metrics(run_dir / "metrics.csv", wanted, sampled=_per_parameter)
     known = None
     if defaults and cfg is not None:  # no override: the config is the defaults, no composing needed
         known = defaults_for(hydra) if overrides else flat(cfg)
     sections = [
-        drawn("the verdict", verdict_part, v, why, run_dir, goal, overrides),
-        section("preflight", "Preflight", drawn("the preflight", preflight_part, v)),
-        section("symptoms", "Symptoms", drawn("the symptoms", symptoms_part, v)),
-        section("curves", "Curves", drawn("the curves", curves_part, v, metrics, goal, run_dir)),
+        drawn("the verdict", _verdict_part, v, why, run_dir, goal, overrides),
+        section("preflight", "Preflight", drawn("the preflight", _preflight_part, v)),
+        section("symptoms", "Symptoms", drawn("the symptoms", _symptoms_part, v)),
+        section("curves", "Curves", drawn("the curves", _curves_part, v, metrics, goal, run_dir)),
         section(
-            "datapoints", "Datapoints", drawn("the datapoints", datapoints_part, run_dir / "datapoints.jsonl")
+            "datapoints",
+            "Datapoints",
+            drawn("the datapoints", _datapoints_part, run_dir / "datapoints.jsonl"),
         ),
-        section("config", "Config", drawn("the config", config_part, cfg, bad_cfg, overrides, known)),
+        section("config", "Config", drawn("the config", _config_part, cfg, bad_cfg, overrides, known)),
     ]
     status = (v or {}).get("status")
     return write_whole(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))

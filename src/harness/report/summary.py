@@ -77,7 +77,7 @@ def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
     return Verdict.from_dict(values), ""
 
 
-def read_job(job_dir: Path) -> Job:
+def _read_job(job_dir: Path) -> Job:
     """Everything the summary knows about one job dir."""
     (cfg, bad_cfg), (hydra, bad_hydra) = (
         yaml_in(job_dir / ".hydra/config.yaml"),
@@ -120,7 +120,7 @@ def _job_order(job_dir: Path) -> tuple:
     return (0, int(job_dir.name), "") if job_dir.name.isdigit() else (1, 0, job_dir.name)
 
 
-def collect_dirs(sweep_dir: Path) -> list[Path]:
+def _collect_dirs(sweep_dir: Path) -> list[Path]:
     """Every job dir of `sweep_dir` (a subdir holding `.hydra/` or `verdict.json`), in job order."""
     return sorted(
         (
@@ -137,7 +137,7 @@ def collect_dirs(sweep_dir: Path) -> list[Path]:
 def collect(sweep_dir: Path) -> list[Job]:
     """Every job dir of `sweep_dir` read, grouped by model, then sorted by length and n (a stable sort: ties keep
     the job order)."""
-    jobs = [read_job(d) for d in collect_dirs(sweep_dir)]
+    jobs = [_read_job(d) for d in _collect_dirs(sweep_dir)]
     first = {}  # models in the order the sweep ran them (its own order: rnn, lstm, transformer), not by name
     for i, job in enumerate(jobs):
         first.setdefault(str(job.row["model"]), i)
@@ -291,7 +291,7 @@ def unreturned(config: DictConfig, sweep_dir: Path) -> None:
     name = config.get("optimized_metric")
     if not name or not searches(config.hydra.sweeper) or not sweep_dir.is_dir():
         return
-    jobs = collect_dirs(sweep_dir)
+    jobs = _collect_dirs(sweep_dir)
     if any(metric_value(verdict_of(d)[0].as_dict(), name, d) is not None for d in jobs):
         return
     statuses = [verdict_of(d)[0].status or "MISSING" for d in jobs]

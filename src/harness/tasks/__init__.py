@@ -2,7 +2,7 @@
 
     job.py        one Hydra job: the task its config names, its verdict recorded whatever happens, its exit code
     training.py   training: data -> model -> preflight -> fit -> verdict.json (`run`, `train`)
-    lost.py       training on several processes that lost a rank: the watchdog it gives, the verdict it ends with
+    rank_lost.py  training on several processes that lost a rank: the watchdog it gives, the verdict it ends with
     evaluate.py   mode=eval (eval.py): a checkpoint measured, eval.json
     doctor.py     experiment=doctor: overfit runs of its own, then a diagnosis
     validate.py   the rules across parts, and the driver of every part's own rules: `validate`, the one entry

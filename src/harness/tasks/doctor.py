@@ -65,7 +65,7 @@ class Rung:
         return self.status in ("PASS", "SYMPTOM")
 
 
-def own_overrides() -> list[str]:
+def _own_overrides() -> list[str]:
     """This run's command-line overrides, less those the doctor sets for each of its runs."""
     dropped = ("experiment", "n", "mode", "hydra.run.dir", "hydra.sweep.dir")
     keys = [(o, o.split("=")[0].lstrip("+~")) for o in HydraConfig.get().overrides.task]
@@ -83,7 +83,7 @@ def substitute_overrides(overrides: list[str], substitute: str) -> list[str]:
     return [*kept, f"model={substitute}"]
 
 
-def entry_point() -> str:
+def _entry_point() -> str:
     """The train.py beside the config directory this run was composed from."""
     main = next(s for s in HydraConfig.get().runtime.config_sources if s.provider == "main")
     return str(Path(main.path.removeprefix("file://")).parent / "train.py")
@@ -97,10 +97,10 @@ def shown(command: list[str]) -> str:
     return shlex.join(["python", str(script), *command[2:]])
 
 
-def run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: float) -> Rung:
+def _run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: float) -> Rung:
     """One `python train.py mode=overfit n=N ...` in `run_dir/<label>_n<N>`, its verdict read back."""
     where = run_dir / f"{label}_n{n}"
-    command = [sys.executable, entry_point(), "mode=overfit", f"n={n}", *overrides, f"hydra.run.dir={where}"]
+    command = [sys.executable, _entry_point(), "mode=overfit", f"n={n}", *overrides, f"hydra.run.dir={where}"]
     rung = Rung(label, n, command)
     try:
         done = subprocess.run(
@@ -131,15 +131,15 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     settings = cfg.doctor
     model_group = HydraConfig.get().runtime.choices.get("model")
-    base = own_overrides()
-    rungs = [run_rung("model", n, base, run_dir, settings.timeout) for n in settings.ladder]
+    base = _own_overrides()
+    rungs = [_run_rung("model", n, base, run_dir, settings.timeout) for n in settings.ladder]
     if model_group != settings.substitute:
         sub = substitute_overrides(base, settings.substitute)
-        rungs += [run_rung(settings.substitute, n, sub, run_dir, settings.timeout) for n in settings.ladder]
+        rungs += [_run_rung(settings.substitute, n, sub, run_dir, settings.timeout) for n in settings.ladder]
     if settings.loop_twins and "vectorize" in cfg.model:  # the first rung the model failed, else its first
         again = next((r for r in rungs if r.label == "model" and not r.passed), rungs[0])
         loop = [*base, "model.vectorize=false"]
-        rungs.append(run_rung("model_loops", again.n, loop, run_dir, settings.timeout))
+        rungs.append(_run_rung("model_loops", again.n, loop, run_dir, settings.timeout))
     diagnosis, evidence = diagnose(rungs, settings.substitute)
     report = {
         "diagnosis": diagnosis,
@@ -147,7 +147,7 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
         "runs": [{"who": r.label, "n": r.n, "status": r.status, "command": shown(r.command)} for r in rungs],
     }
     (run_dir / "doctor.json").write_text(json.dumps(report, indent=2) + "\n")
-    print_report(report)
+    _print_report(report)
     verdict = Verdict(
         status="PASS" if diagnosis == "healthy" else "FAIL",
         mode="doctor",
@@ -186,7 +186,7 @@ def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
         return "vectorization broken", evidence
     if failed is model[0]:
         evidence.append(f"only the model fails, from n={failed.n}, where the substitute passes")
-        return "model broken", evidence + warnings_of(failed)
+        return "model broken", evidence + _warnings_of(failed)
     names = sorted({s["name"] for s in failed.verdict.get("symptoms", [])})
     said = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
     if failed.status == "ERROR":
@@ -208,7 +208,7 @@ def ending(rung: Rung) -> str:
     return f" ({', '.join(parts)})"
 
 
-def warnings_of(rung: Rung) -> list[str]:
+def _warnings_of(rung: Rung) -> list[str]:
     """The preflight rows that did not PASS and the symptoms of a failed run, one line each."""
     rows = [
         f"preflight {c['name']}: {c['status']} {c.get('detail', '')}" for c in rung.verdict.get("checks", [])
@@ -219,7 +219,7 @@ def warnings_of(rung: Rung) -> list[str]:
     ]
 
 
-def print_report(report: dict) -> None:
+def _print_report(report: dict) -> None:
     log.info("doctor: %s", report["diagnosis"].upper())
     for line in report["evidence"]:
         log.info("  %s", line)

@@ -28,7 +28,7 @@ from harness.train.checkpoints import find_checkpoint, load_checked
 log = logging.getLogger(__name__)
 
 
-def trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
+def _trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
     """`cfg` with the model, data, tokenizer and loss of the run that wrote `ckpt` (<run>/checkpoints/x.ckpt), where
     that run's config is still beside it; else `cfg` as given (a checkpoint moved away from its run)."""
     saved = ckpt.parent.parent / ".hydra" / "config.yaml"
@@ -54,7 +54,7 @@ def trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
     return merged
 
 
-def load_weights(model: torch.nn.Module, ckpt: Path) -> None:
+def _load_weights(model: torch.nn.Module, ckpt: Path) -> None:
     """The checkpoint's weights into `model` (the LightningModule's `model.` tensors), weights-only."""
     ours = {f"model.{k}": v for k, v in model.state_dict().items()}
     state = load_checked(str(ckpt), ours, "evaluate it with the config it was trained with")
@@ -92,7 +92,7 @@ def measure(model: torch.nn.Module, loader, tokenizer, lm: bool, loss: Loss) -> 
 
 
 @torch.no_grad()
-def continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, temperature: float, generator):
+def _continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, temperature: float, generator):
     """`prompt` [time] followed by `new_tokens` tokens, each the most probable (temperature 0) or drawn at
     `temperature`; the model sees at most the last `context` tokens."""
     ids = prompt[None]
@@ -117,8 +117,8 @@ def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
         real = rows["loss_mask"][i].nonzero()
         ids = rows["input_ids"][i, : int(real.max()) + 1 if len(real) else None].to(device)
         prompt = ids[: max(1, ids.numel() // 2)]
-        greedy = continue_text(model, prompt, mode.new_tokens, ids.numel(), 0.0, generator)
-        sampled = continue_text(model, prompt, mode.new_tokens, ids.numel(), mode.temperature, generator)
+        greedy = _continue_text(model, prompt, mode.new_tokens, ids.numel(), 0.0, generator)
+        sampled = _continue_text(model, prompt, mode.new_tokens, ids.numel(), mode.temperature, generator)
         out.append(
             {
                 "prompt": tokenizer.decode(prompt.tolist()),
@@ -139,7 +139,7 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
-def device_for(trainer: DictConfig) -> torch.device:
+def _device_for(trainer: DictConfig) -> torch.device:
     """Where the trainer config would train: a CUDA device for accelerator gpu/cuda/auto when one is there."""
     wants_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
@@ -151,13 +151,13 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
     started = time.perf_counter()
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir, cfg.paths.log_dir))
-    cfg = trained_config(cfg, ckpt)
+    cfg = _trained_config(cfg, ckpt)
     data = build(cfg.data, "data")
     data.prepare_data()
     data.setup("validate")
     model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
-    load_weights(model, ckpt)
-    model.to(device_for(cfg.trainer))
+    _load_weights(model, ckpt)
+    model.to(_device_for(cfg.trainer))
     splits = {"val": data.val_dataloader()}
     if getattr(data, "test_dataset", None) is not None:
         splits["test"] = data.test_dataloader()

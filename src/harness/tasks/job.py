@@ -58,11 +58,11 @@ def job(cfg: DictConfig) -> dict | float | None:
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
     out, sweep_dir = Path(HydraConfig.get().runtime.output_dir), Path(HydraConfig.get().sweep.dir)
-    log_apart(global_rank())
+    _log_apart(global_rank())
     if sweeping:
         guard_worker()
         if stopped(sweep_dir) is not None:
-            return not_started(out, stopped(sweep_dir))
+            return _not_started(out, stopped(sweep_dir))
     with recorded(out, sweeping) as record:
         if not started_by_lightning():  # a launcher's job too: its dir holds no earlier run
             check_run_dir(cfg, out)
@@ -118,18 +118,18 @@ def recorded(out: Path, sweeping: bool):
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
     finally:
         if paged:
-            page_of(out, writer=wrote(record.verdict))
+            _page_of(out, writer=wrote(record.verdict))
 
 
 def wrote(verdict: dict | None) -> bool:
-    """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost (harness.train.watchdog)."""
+    """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost (harness.train.distributed.watchdog)."""
     from harness.ranks import global_rank
 
     lost = (verdict or {}).get("lost") or {}
     return global_rank() == (lost.get("seen_by") if "seen_by" in lost else 0)
 
 
-def page_of(run_dir: Path, writer: bool) -> None:
+def _page_of(run_dir: Path, writer: bool) -> None:
     """report.html of a run that ended with a verdict, by the process that wrote it (rank 0, unless rank 0 was
     lost: the others share its dir or have none). A signal meanwhile is only noted: the exit code stands."""
     if writer and status_in(run_dir) is not None:
@@ -138,7 +138,7 @@ def page_of(run_dir: Path, writer: bool) -> None:
         page_or_warning(run_dir)
 
 
-def log_apart(rank: int, name: str = "train.log") -> None:
+def _log_apart(rank: int, name: str = "train.log") -> None:
     """A rank > 0 that shares rank 0's run dir without a log file of its own (torchrun and SLURM start every rank
     as rank 0 is started; Lightning's launcher names its ranks' logs train_ddp_process_N.log) logs to
     train_rank_N.log: train.log stays rank 0's, its lines in order."""
@@ -181,7 +181,7 @@ def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") ->
     )
 
 
-def not_started(out: Path, signum: int) -> None:
+def _not_started(out: Path, signum: int) -> None:
     """The verdict of a sweep job that a signal stopped before it began: INTERRUPTED at step 0, saying so."""
     import signal
 

@@ -32,18 +32,18 @@ from harness.report.symptoms import nonfinite
 from harness.report.verdict import Verdict
 from harness.seeding import seed_all
 from harness.signals import Interrupted
-from harness.tasks.lost import lost_verdict, watch_of
+from harness.tasks.rank_lost import lost_verdict, watch_of
 from harness.tasks.validate import validate
 from harness.train.checkpoints import ResumeState, check_resume_mode, interrupted_here, resumption
-from harness.train.devices import SHARDED, check_devices, strategy_name
-from harness.train.heartbeat import ENDED, RAISED
+from harness.train.distributed.devices import SHARDED, check_devices, strategy_name
+from harness.train.distributed.heartbeat import ENDED, RAISED
+from harness.train.distributed.sharding import check_init_weights, on_meta
+from harness.train.distributed.watchdog import RankLost, RankWatch, in_log
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
-from harness.train.sharding import check_init_weights, on_meta
 from harness.train.trainer import build_callbacks, build_trainer
-from harness.train.watchdog import RankLost, RankWatch, in_log
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +88,12 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     """The training task, its stages in order: build, preflight, fit, judge; the verdict as a dict. From here a
     signal stops the job with its verdict: at once, or during a training step at the step's end (StopOnSignal);
     outside a step it raises Interrupted wherever it lands, and the verdict says INTERRUPTED all the same."""
-    started, mode = time.perf_counter(), mode_for(cfg)
-    verdict = start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
+    started, mode = time.perf_counter(), _mode_for(cfg)
+    verdict = _start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
     job = Training(cfg, run_dir, mode, verdict, StopOnSignal(run_dir / "checkpoints" / "last.ckpt"), started)
     job.interrupt.install()
     try:
-        data, module, callbacks = build_stage(job)
+        data, module, callbacks = _build_stage(job)
         job.interrupt.phase = "the preflight"
         preflight(cfg, module, data, verdict)
         if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
@@ -117,7 +117,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     return result
 
 
-def mode_for(cfg: DictConfig):
+def _mode_for(cfg: DictConfig):
     """The training regime object of `cfg.mode.name` (harness.config.schema.MODES names its class)."""
     regime = MODES[cfg.mode.name][1]
     if regime is None:  # mode=eval: a task of its own
@@ -129,7 +129,7 @@ def mode_for(cfg: DictConfig):
     return get_class(regime)(cfg)
 
 
-def build_stage(job: Training) -> tuple:
+def _build_stage(job: Training) -> tuple:
     """The datamodule, the LightningModule, and the callbacks the run adds to the harness's own: the probes and
     the config's extra callbacks (built before the preflight's work: a bad one is a config error, not a failed
     preflight; a fork without probes has none)."""
@@ -164,7 +164,7 @@ def trainer_for(job: Training, data, module, added: tuple) -> tuple:
     own = own if cfg.ckpt_path is None or restarted() else None  # else the command's own choice stands
     ckpt_path = own or cfg.ckpt_path
     if own is not None:
-        log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, given_too(cfg.ckpt_path))
+        log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, _given_too(cfg.ckpt_path))
     resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
@@ -172,7 +172,7 @@ def trainer_for(job: Training, data, module, added: tuple) -> tuple:
     return trainer, resumed and resumed.path, loggers
 
 
-def given_too(ckpt_path) -> str:
+def _given_too(ckpt_path) -> str:
     return f" (ckpt_path={ckpt_path} is where its first attempt began)" if ckpt_path else ""
 
 
@@ -190,20 +190,20 @@ def judged(job: Training, trainer: pl.Trainer, module, probes: list, stopped) ->
         return finish(job, logging.ERROR, stopped.fault.line(), writer=job.watch.writes(stopped.fault))
     if stopped is not None:
         interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
-        message = stopped_early(verdict, stopped, module, job.run_dir / "checkpoints", interrupt.phase)
+        message = _stopped_early(verdict, stopped, module, job.run_dir / "checkpoints", interrupt.phase)
         return finish(job, logging.WARNING, message)
     interrupt.phase = "judging and plotting"
     if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
         verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
         message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
-        return finish(job, logging.INFO, message, fail_on=symptoms_fail(cfg))
+        return finish(job, logging.INFO, message, fail_on=_symptoms_fail(cfg))
     job.mode.judge(verdict, trainer, module, job.run_dir / "checkpoints")
     if writes() and verdict.eval_gap:
         log.warning("eval gap: %s", verdict.eval_gap)
-    return finish(job, logging.INFO, None, summary=job.mode.summary, fail_on=symptoms_fail(cfg))
+    return finish(job, logging.INFO, None, summary=job.mode.summary, fail_on=_symptoms_fail(cfg))
 
 
-def symptoms_fail(cfg: DictConfig) -> bool:
+def _symptoms_fail(cfg: DictConfig) -> bool:
     """probes.symptoms.fail: whether a symptom ends a run that would PASS or be DONE as SYMPTOM (exit 5)."""
     return bool(OmegaConf.select(cfg, "probes.symptoms.fail", default=False))
 
@@ -244,7 +244,7 @@ def check_splits(data, target) -> None:
             )
 
 
-def start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
+def _start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
     """What the verdict knows before anything is built (the model's class is added once it is)."""
     choices = HydraConfig.get().runtime.choices
     debug = {"debug": cfg.debug.name} if cfg.get("debug") else {}  # a debug=... run says which
@@ -284,12 +284,12 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
 
 
 def start_checks(cfg: DictConfig, data, verdict: Verdict, mode) -> list:
-    """The callback that runs the preflight rows read once training starts (harness.checks.started): the model
+    """The callback that runs the preflight rows read once training starts (harness.checks.at_start.start_checks): the model
     checks of a model built on the meta device, the precision in use, and whether ranks read their own data (not
     in overfit mode, where every rank reads the same n examples by design)."""
     if cfg.preflight is False:
         return []
-    from harness.checks.started import StartChecks
+    from harness.checks.at_start.start_checks import StartChecks
 
     return [StartChecks(data, cfg, verdict.checks, shared_data=mode.name == "overfit")]
 
@@ -302,7 +302,7 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if any(getattr(c, "validate_after_fit", False) for c in trainer.callbacks):
-            end_as_it_would_have(trainer, module, data)  # resumed at the last step, before its validation
+            _end_as_it_would_have(trainer, module, data)  # resumed at the last step, before its validation
         outcome = "success"
     except (NonFinite, Interrupted, PreflightFailed) as err:
         stopped = err
@@ -322,7 +322,7 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     return stopped
 
 
-def end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
+def _end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
     """A run resumed from its last step's checkpoint, saved before that step's validation, gets nothing at all from
     Lightning (its steps are done). What the run it resumes did after that checkpoint runs here: the validation,
     then the harness's and the fork's callbacks' start and end of training (the probes' final measures, rows and
@@ -336,7 +336,7 @@ def end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
             getattr(callback, hook)(trainer, module)
 
 
-def stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
+def _stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
     """Record why training ended before its last step; the console line that says so."""
     verdict.final_loss = module.final_loss()
     if isinstance(stopped, Interrupted):

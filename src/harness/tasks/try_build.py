@@ -104,7 +104,7 @@ def trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) 
     a one-weight module through a Trainer of the same given arguments (Lightning refuses some, as
     accumulate_grad_batches=0, only when it fits). Where a cluster runs the job (`devices` False) its accelerator,
     devices, strategy and nodes are not this machine's to try; a run of several processes is not fitted here."""
-    from harness.train.devices import SHARDED, processes, strategy_name
+    from harness.train.distributed.devices import SHARDED, processes, strategy_name
     from harness.train.trainer import build_callbacks, build_trainer
 
     callbacks = build_callbacks(cfg)
@@ -166,7 +166,7 @@ def one_step(node: DictConfig) -> None:
         torch.backends.cudnn.benchmark = benchmark
 
 
-def model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
+def _model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
     """The loss, the probes (their arguments: nothing is measured) and the model, on the meta device (no memory, no
     time: a GPT-2 costs nothing) with a placeholder vocabulary, the data's being unknown before it is built. A
     model refusal is reported only where a key the command line set is why: one its placeholder vocabulary or the
@@ -174,7 +174,7 @@ def model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> No
     import torch
 
     from harness.ops.loss import loss_of
-    from harness.train.sharding import check_init_weights, on_meta
+    from harness.train.distributed.sharding import check_init_weights, on_meta
 
     def loss(node: DictConfig):
         whole = cfg.copy()
@@ -238,12 +238,12 @@ def trial(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool = T
     torch.set_num_threads(1)
     try:
         with quiet():
-            trial_parts(cfg, base, given, devices)
+            _trial_parts(cfg, base, given, devices)
     finally:
         torch.set_num_threads(threads)
 
 
-def trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
+def _trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
     """trial()'s builds, part by part, in the order the run builds them."""
     if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
         built("data", cfg.data, base.get("data"), under("data", given), lambda node: build(node, "data"))
@@ -252,12 +252,12 @@ def trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bo
     if cfg.get("optim") is not None:
         optimizer_and_schedule(cfg, base, given)
         if cfg.get("model") is not None:
-            model_loss_probes(cfg, base, given)
+            _model_loss_probes(cfg, base, given)
     if cfg.get("trainer") is not None:
         trainer(cfg, base, given, devices)
 
 
-def joblib_pool(node: DictConfig) -> None:
+def _joblib_pool(node: DictConfig) -> None:
     """hydra/launcher=parallel: the joblib Parallel its plugin makes (loky, as the plugin forces), and its jobs."""
     import joblib
 
@@ -267,7 +267,7 @@ def joblib_pool(node: DictConfig) -> None:
     joblib.effective_n_jobs(arguments.get("n_jobs"))  # where n_jobs=0 is refused, when the jobs start
 
 
-def submitit_executor(node: DictConfig) -> None:
+def _submitit_executor(node: DictConfig) -> None:
     """hydra/launcher=local or slurm: the submitit executor its plugin makes, with its parameters, in a
     throwaway folder (nothing is submitted)."""
     import shutil
@@ -294,9 +294,9 @@ def launcher_trial(launcher: DictConfig, base: DictConfig | None, given: list[st
     launcher's config file, `given`: the hydra.launcher keys the command line set."""
     target = str(launcher.get("_target_", ""))
     if target.endswith("JoblibLauncher"):
-        make = joblib_pool
+        make = _joblib_pool
     elif "submitit" in target:
-        make = submitit_executor
+        make = _submitit_executor
     else:
         return
     with quiet():

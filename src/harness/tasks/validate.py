@@ -3,7 +3,7 @@ before any work, as one line with the fix.
 
 Hydra already refuses, while composing, a misspelled key, an unknown group option and a value of the wrong type
 (harness.config.schema). A part's own rules live beside the part (harness.data.rules, harness.models.rules,
-harness.train.rules, harness.train.devices, harness.report.optimized_metric) and are run from here; here live the rules a
+harness.train.rules, harness.train.distributed.devices, harness.report.optimized_metric) and are run from here; here live the rules a
 type cannot say that cross parts (ranges of every part's keys, taken from their tables; files the config names;
 keys that depend on each other), and the kind check of values the command line gave.
 
@@ -23,8 +23,8 @@ from harness.data import rules as data_rules
 from harness.errors import ConfigError
 from harness.models import rules as model_rules
 from harness.report import optimized_metric
-from harness.train import devices as device_rules
 from harness.train import rules as train_rules
+from harness.train.distributed import devices as device_rules
 
 #: every part's keys with a range, from the parts' own tables: key -> (smallest, whole number?, why)
 RANGES = {**data_rules.RANGES, **model_rules.RANGES, **train_rules.RANGES}
@@ -46,7 +46,7 @@ def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str =
     return value
 
 
-def check_files(cfg: DictConfig) -> None:
+def _check_files(cfg: DictConfig) -> None:
     """The files the config names exist: a preflight test missing would be skipped, a checkpoint missing
     found only after the data and the model are built."""
     for path in cfg.get("preflight_tests", None) or []:
@@ -117,7 +117,7 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
         )
 
 
-def check_ranges(cfg: DictConfig) -> None:
+def _check_ranges(cfg: DictConfig) -> None:
     """Each key of RANGES that the config holds (and is not null) lies in its range."""
     for key, (low, whole, why) in RANGES.items():
         value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
@@ -130,7 +130,7 @@ def check_ranges(cfg: DictConfig) -> None:
             raise ConfigError(key, value, f"must be >= {low}; {why}")
 
 
-def check_flags(cfg: DictConfig) -> None:
+def _check_flags(cfg: DictConfig) -> None:
     """The `+flag=true` switches the harness reads (FLAGS): true or false."""
     for name in FLAGS:
         value = cfg.get(name, False)
@@ -138,7 +138,7 @@ def check_flags(cfg: DictConfig) -> None:
             raise ConfigError(name, value, f"must be true or false (+{name}=true)")
 
 
-def check_across(cfg: DictConfig) -> None:
+def _check_across(cfg: DictConfig) -> None:
     """The rules between parts: the tokenizer and the data that reads it, the model's positions and the data's
     length."""
     kind_of = (cfg.get("tokenizer") or {}).get("kind", "char")
@@ -176,13 +176,13 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
         )
     if cfg.mode.name not in MODES:
         raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
-    check_files(cfg)
+    _check_files(cfg)
     check_extras(
         cfg
     )  # before a part that needs an extra is built: an ImportError after the preflight is late
-    check_across(cfg)
-    check_ranges(cfg)
-    check_flags(cfg)
+    _check_across(cfg)
+    _check_ranges(cfg)
+    _check_flags(cfg)
     train_rules.check(cfg)
     device_rules.processes(
         cfg.trainer

@@ -2,12 +2,10 @@
 
     module.py       the LightningModule around a model;   step_loss.py   a step's loss over micro-batches and ranks
     trainer.py      the Trainer and its callbacks;   rules.py   the training keys' rules, the Trainer arguments set
-    overfit.py      the overfit regime (P6);   full_run.py   mode=full: checkpoints, validation, resume
+    overfit.py      the overfit regime;   full_run.py   mode=full: checkpoints, validation, resume
     optim.py        the optimizer and schedule;   loggers.py   the trackers
     checkpoints.py  checkpoints and resume;   interrupt.py   a signal during a training step
     nonfinite.py    the non-finite guard;   profiling.py   debug=profiler's profiler
-    devices.py      the devices and launches the harness refuses;   sharding.py   trainer=fsdp's strategy
-    whole.py        a whole tensor's figures from its shards
-    heartbeat.py    each rank's heartbeat file;   watchdog.py   a rank that dies or stops, named (several processes)
+    distributed/    several processes: devices, sharding, heartbeats, the watchdog
 
-The package imports nothing itself: devices.py and rules.py are read before torch is."""
+The package imports nothing itself: rules.py and distributed/devices.py are read before torch is."""

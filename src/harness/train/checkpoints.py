@@ -39,7 +39,7 @@ def find_checkpoint(ckpt_path: str, run_dir: Path, log_dir) -> str:
     return str(found[-1])
 
 
-def checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
+def _checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
     """The run dir a checkpoint was saved in (<run dir>/checkpoints/<name>.ckpt) and that run's mode, read from
     its .hydra/config.yaml or verdict.json; None where neither says (a checkpoint copied out of its run)."""
     from omegaconf import OmegaConf
@@ -64,7 +64,7 @@ def check_resume_mode(cfg, run_dir: Path) -> str | None:
     if cfg.ckpt_path is None or cfg.mode.name != "full":
         return None
     found = find_checkpoint(cfg.ckpt_path, run_dir, cfg.paths.log_dir)
-    origin, mode = checkpoint_origin(found)
+    origin, mode = _checkpoint_origin(found)
     if mode is not None and mode != cfg.mode.name and cfg.get("resume_any_mode", False) is not True:
         raise ConfigError(
             "ckpt_path",
@@ -128,7 +128,7 @@ def load_checked(ckpt_path: str, ours: dict, fix: str, checkpoint: dict | None =
     return state
 
 
-def check_optimizer(ckpt_path: str, checkpoint: dict, optimizer, scheduler) -> None:
+def _check_optimizer(ckpt_path: str, checkpoint: dict, optimizer, scheduler) -> None:
     """Refuse, in one line, a checkpoint whose optimizer or schedule state is not the kind this run builds (an
     AdamW state resumed with optim=sgd has no momentum: Lightning would fail inside its first step). The same
     optimizer and schedule class with other values resumes: their values are the config's from then on."""
@@ -178,9 +178,9 @@ def resumption(ckpt_path: str | None, run_dir: Path, module, log_dir) -> Resumed
     load_checked(path, module.state_dict(), "resume with the config it was trained with", checkpoint)
     made = module.configure_optimizers()
     if isinstance(made, dict):
-        check_optimizer(path, checkpoint, made["optimizer"], made["lr_scheduler"]["scheduler"])
+        _check_optimizer(path, checkpoint, made["optimizer"], made["lr_scheduler"]["scheduler"])
     else:
-        check_optimizer(path, checkpoint, made, None)
+        _check_optimizer(path, checkpoint, made, None)
     kept = checkpoint.get("harness") or {}
     here = Path(run_dir).absolute() in Path(path).absolute().parents
     return Resumed(path, int(checkpoint.get("global_step", 0)), bool(kept.get("validation_owed")), here)

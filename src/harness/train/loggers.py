@@ -59,7 +59,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resumed=None) -> list[Logger]:
                 "each key under logger is one tracker's settings (logger.wandb.mode=offline); choose "
                 "trackers with logger=wandb or logger=[tensorboard,wandb]",
             )
-        tracker = build_tracker(str(name), node, run_dir, tags)
+        tracker = _build_tracker(str(name), node, run_dir, tags)
         if tracker is not None:
             loggers.append(tracker)
     params = hyperparameters(cfg) if len(loggers) > 1 else {}
@@ -68,7 +68,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, resumed=None) -> list[Logger]:
     return loggers
 
 
-def build_tracker(name: str, node: DictConfig, run_dir: Path, tags: list[str]) -> Logger | None:
+def _build_tracker(name: str, node: DictConfig, run_dir: Path, tags: list[str]) -> Logger | None:
     """The tracker of the entry `logger.<name>`; None for csv (metrics.csv is always written)."""
     if name == "csv":
         return None

@@ -25,7 +25,7 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     wrong, so a constant output never scores).
 
     Six passes over the vocabulary and one tensor the logits' size (two where they are not float32: a float32
-    copy), on every logged step and on every step the logit-mass probe (harness.probes.logits) logs: the top
+    copy), on every logged step and on every step the logit-mass probe (harness.probes.tokens.logits) logs: the top
     logit, e = exp(logit - top) written and summed, the most probable other token (the target's entry
     overwritten), and Σ e·logit taken in place. Everything else
     follows from them: p = e / Σe, the top-1 mass 1 / Σe, the entropy log-sum-exp - E_p[logit] with log-sum-exp
@@ -57,7 +57,7 @@ def step_stats(outputs: dict, batch: dict) -> torch.Tensor:
     return outputs["position_stats"]
 
 
-def masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+def _masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
     """Accuracy and p(correct) (mean probability of the target) over the masked positions, from position_stats."""
     mask = loss_mask.float()
     total = mask.sum()
@@ -121,7 +121,7 @@ class HarnessModule(pl.LightningModule):
         logits = self.model(batch["input_ids"])
         loss = self.loss(logits, batch["targets"], batch["loss_mask"])
         stats = position_stats(logits, batch["targets"])
-        return loss, {"loss": loss.detach(), **masked_metrics(stats, batch["loss_mask"])}
+        return loss, {"loss": loss.detach(), **_masked_metrics(stats, batch["loss_mask"])}
 
     def training_step(self, batch: dict, batch_idx: int) -> dict:
         logits = self.train_forward(batch["input_ids"])
@@ -162,7 +162,7 @@ class HarnessModule(pl.LightningModule):
         # it is written, the statistics a pass over the logits.
         if not self.logs_now():
             return
-        metrics = {"loss": self.last_loss, **masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
+        metrics = {"loss": self.last_loss, **_masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
         self.log("lr", self.step_lr, on_step=True, on_epoch=False)
         self.log_dict(
             {f"train/{k}": v for k, v in metrics.items()},
@@ -188,7 +188,7 @@ class HarnessModule(pl.LightningModule):
         )
 
     def configure_model(self) -> None:
-        """Under a sharding strategy (harness.train.sharding.FSDP), shard the model: Lightning calls this once the
+        """Under a sharding strategy (harness.train.distributed.sharding.FSDP), shard the model: Lightning calls this once the
         ranks exist, before the optimizer is built over the sharded parameters. Any other strategy: nothing."""
         shard = getattr(self.trainer.strategy, "shard", None) if self._trainer is not None else None
         if shard is not None:

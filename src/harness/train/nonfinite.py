@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from harness.train.whole import norms as whole_norms
-from harness.train.whole import sharded
+from harness.train.distributed.shard_sums import norms as whole_norms
+from harness.train.distributed.shard_sums import sharded
 
 
 class NonFinite(Exception):
@@ -53,7 +53,7 @@ class NonFiniteGuard(pl.Callback):
         self.named: list[tuple[str, torch.nn.Parameter]] = []
         self.sharded = False
         # the gradients this step's check read and their norms (Float[param], stacked), until the batch ends: the
-        # layer probe (harness.probes.norms), which runs after the guard, logs them instead of taking them again
+        # layer probe (harness.probes.layers.norms), which runs after the guard, logs them instead of taking them again
         self.checked: tuple[list[torch.Tensor], torch.Tensor | None] = ([], None)
 
     def on_train_start(self, trainer, pl_module) -> None:

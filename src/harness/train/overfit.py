@@ -104,7 +104,7 @@ def achievable_floor(batch: dict) -> float:
     ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
     counts: dict[tuple, Counter] = defaultdict(Counter)
     positions = [
-        (distinguishable(row[: t + 1]), targets[b][t])
+        (_distinguishable(row[: t + 1]), targets[b][t])
         for b, row in enumerate(ids)
         for t in range(len(row))
         if mask[b][t]
@@ -114,7 +114,7 @@ def achievable_floor(batch: dict) -> float:
     return sum(-math.log(counts[c][y] / sum(counts[c].values())) for c, y in positions) / len(positions)
 
 
-def distinguishable(context: list[int]) -> tuple:
+def _distinguishable(context: list[int]) -> tuple:
     """What any causal model can know of a context: all of it, except the length of a run of one token."""
     return ("run", context[0]) if len(set(context)) == 1 else tuple(context)
 
@@ -176,7 +176,7 @@ def evaluate(
 HIGH_DROPOUT = 0.5
 
 
-def scores_without_dropout(module: pl.LightningModule, batch: dict, seed: int) -> tuple[dict, float]:
+def _scores_without_dropout(module: pl.LightningModule, batch: dict, seed: int) -> tuple[dict, float]:
     """evaluate() in train mode with every dropout keeping every unit (re-seeded with `seed`), and the highest
     dropout rate the forward would have used (0.0: none)."""
     rates: list[float] = []
@@ -250,7 +250,7 @@ class Overfit:
         verdict.accuracy = verdict.eval_accuracy = final["acc"]
         verdict.p_correct = final["p_correct"]
         verdict.train_accuracy = trained["acc"]  # train mode, re-seeded as a step: the final weights
-        plain, dropout = scores_without_dropout(module, self.batch, self.cfg.seed)
+        plain, dropout = _scores_without_dropout(module, self.batch, self.cfg.seed)
         verdict.eval_gap = eval_gap(trained, final, plain, dropout)
 
     def summary(self, verdict) -> str:

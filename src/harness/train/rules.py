@@ -84,7 +84,7 @@ def owned(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> dic
     return {name: value(run) for name, (value, _) in OWNED.items()}
 
 
-def check_trainer(cfg: DictConfig) -> None:
+def _check_trainer(cfg: DictConfig) -> None:
     """No trainer key that harness sets itself or refuses (TRAINER_KEYS); a fast dev run only as debug=fdr,
     which reports it as DEBUG rather than judging one batch a FAIL."""
     given = OmegaConf.to_container(cfg.trainer)  # unresolved: the value as the user wrote it
@@ -100,7 +100,7 @@ def check_trainer(cfg: DictConfig) -> None:
         )
 
 
-def check_compile(value) -> None:
+def _check_compile(value) -> None:
     """compile: false, true (torch.compile's default backend) or the name of a torch.compile backend."""
     if isinstance(value, bool):
         return
@@ -145,7 +145,7 @@ WANDB_MODES = ("offline", "online", "disabled")
 REACH_SECONDS = 5.0
 
 
-def wandb_key(host: str) -> bool:
+def _wandb_key(host: str) -> bool:
     """Whether wandb has an API key to log in to `host` with: WANDB_API_KEY, or an entry for the host in the netrc
     file (`wandb login` writes ~/.netrc, or $NETRC)."""
     import netrc
@@ -159,7 +159,7 @@ def wandb_key(host: str) -> bool:
         return False
 
 
-def check_wandb(cfg: DictConfig) -> None:
+def _check_wandb(cfg: DictConfig) -> None:
     """logger.wandb.mode is a choice; `online` needs an API key and a reachable server, or wandb fails late (after
     the data and the preflight: "No API key configured", or a 90 s timeout then a traceback)."""
     node = (cfg.get("logger") or {}).get("wandb")
@@ -173,7 +173,7 @@ def check_wandb(cfg: DictConfig) -> None:
     url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
     host = url.hostname or "api.wandb.ai"
     fix = "or log offline with logger.wandb.mode=offline and upload later with `wandb sync <run dir>/wandb`"
-    if not wandb_key(host):
+    if not _wandb_key(host):
         raise ConfigError(
             "logger.wandb.mode",
             mode,
@@ -196,13 +196,13 @@ def check(cfg: DictConfig) -> None:
     if schedule is not None and schedule.get("_target_") in SCHEDULES:
         peak = (cfg.get("optim") or {}).get("lr", 0.0)
         check_schedule(schedule.get("shape"), schedule.get("warmup_steps"), schedule.get("min_lr"), peak)
-    check_wandb(cfg)
-    check_trainer(cfg)
-    check_compile(cfg.compile)
-    check_watchdog(cfg.get("watchdog"))
+    _check_wandb(cfg)
+    _check_trainer(cfg)
+    _check_compile(cfg.compile)
+    _check_watchdog(cfg.get("watchdog"))
 
 
-def check_watchdog(watchdog) -> None:
+def _check_watchdog(watchdog) -> None:
     """A rank is called silent only after it missed three beats, and a stall lasts at least that long."""
     if watchdog is None:
         return

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from harness.train.whole import local, reduce
+from harness.train.distributed.shard_sums import local, reduce
 
 
 class StepLoss:

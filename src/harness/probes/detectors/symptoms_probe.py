@@ -13,7 +13,7 @@ from harness.probes.detectors.dead_saturated import ActivationRules
 from harness.probes.detectors.detector import Limits, Streaks, names
 from harness.probes.detectors.gradient_health import GradientRules, blocks_of
 from harness.probes.detectors.loss_curve import LossRules
-from harness.probes.norms import parameter_names
+from harness.probes.layers.norms import parameter_names
 from harness.probes.probe import Probe
 from harness.report.symptoms import Symptom
 from harness.train.optim import embedding_weights

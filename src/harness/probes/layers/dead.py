@@ -1,0 +1,103 @@
+"""The dead-gradient sentinel: every parameter whose gradient stays zero, missing or below a dtype-aware
+threshold for `patience` steps in a row is reported by name, once (console, verdict.json `dead_params`).
+
+Its streak counters live on the device and are updated every step without a sync, from the gradient norms
+the non-finite guard has just taken (norms.gradient_norms); they are read on the host every `every` steps.
+Under sharding (trainer=fsdp) the norms are the whole gradients' (the guard's, reduced across ranks every step):
+a parameter dead in one rank's slice and alive in another's is alive. Every rank counts; rank 0 reports.
+
+Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.probes.layers.norms import find_guard, gradient_norms, parameter_names
+from harness.probes.probe import Probe, whole
+from harness.report.symptoms import Symptom
+from harness.train.distributed.shard_sums import local, sharded
+from harness.train.nonfinite import NonFiniteGuard
+
+
+def _dead_threshold(dtype: torch.dtype, threshold: float | None) -> float:
+    """A gradient norm at or below this counts as zero: `threshold`, or else the smallest normal number of
+    the dtype (a norm below it is zero or subnormal: no usable signal), at least float32's (the counters' dtype)."""
+    if threshold is not None:
+        return threshold
+    return max(torch.finfo(dtype).tiny, torch.finfo(torch.float32).tiny)
+
+
+class DeadGradients(Probe):
+    """`grad_norm/dead` (how many parameters are dead so far) every `every` steps, and a warning naming each
+    parameter whose gradient norm was at or below `threshold` (None: the dtype's smallest normal number),
+    or missing, for `patience` steps in a row; verdict.json `dead_params`."""
+
+    def __init__(self, every: int | None = 1, patience: int = 10, threshold: float | None = None):
+        super().__init__(every)
+        self.patience = whole(
+            "patience", patience, 1, "steps in a row before a gradient counts as dead (try 10)"
+        )
+        if threshold is not None and (
+            isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0
+        ):
+            raise ConfigError("threshold", threshold, "must be a number >= 0, or null for the dtype's own")
+        self.threshold = threshold
+        self.dead_params: list[str] = []
+        self.params: list[nn.Parameter] = []
+        self.guard: NonFiniteGuard | None = None
+        self.pending: int | None = None  # the step whose flags are read at the end of its batch
+        self.sharded = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.guard = find_guard(trainer)
+        named = parameter_names(pl_module)
+        self.names = [name for name, _ in named]
+        self.params = [p for _, p in named]
+        if not self.params:
+            return
+        self.sharded = sharded(self.params)  # every rank takes part in the norms' reduction
+        device = local(self.params[0]).device
+        self.thresholds = torch.tensor(
+            [_dead_threshold(p.dtype, self.threshold) for p in self.params], device=device
+        )
+        self.streak = torch.zeros(len(self.params), dtype=torch.int32, device=device)
+        self.fired = torch.zeros(len(self.params), dtype=torch.bool, device=device)
+
+    @torch.no_grad()
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if not self.params or not (trainer.is_global_zero or self.sharded):
+            return
+        grad_norms = gradient_norms(self.params, self.guard, self.sharded)[0]
+        # on the device, every step: no sync
+        self.streak = (self.streak + 1) * (grad_norms <= self.thresholds)
+        self.fired |= self.streak >= self.patience
+        if self.due(trainer.global_step) and trainer.is_global_zero:
+            self.pending = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.pending is not None:  # the flags' one transfer, on the steps this probe logs
+            flags = self.fired.tolist()
+            dead = self._report(flags, self.pending) if any(flags) else float(len(self.dead_params))
+            self.sink.add(self.pending, {"grad_norm/dead": dead})
+            self.pending = None
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and self.params:
+            self._report(self.fired.tolist(), trainer.global_step)  # a streak that ended after the last check
+
+    def _report(self, fired: list[bool], step: int) -> float:
+        """Report each newly dead parameter once, as a `dead_params` symptom (console, trackers, verdict.json);
+        returns how many are dead so far."""
+        for name, dead in zip(self.names, fired, strict=True):
+            if dead and name not in self.dead_params:
+                self.dead_params.append(name)
+                detail = (
+                    f"dead gradient: zero, missing or below the threshold for {self.patience} steps in a row"
+                )
+                self.sink.report(Symptom("dead_params", step, name, 0.0, detail))
+        return float(len(self.dead_params))
+
+    def verdict_items(self) -> dict:
+        return {"dead_params": list(self.dead_params)}
