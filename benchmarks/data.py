@@ -1,42 +1,36 @@
-"""What data=corpus costs: preparing a corpus against bare `tokenizers`, its peak memory, and the loader's share
-of a training step.
+"""What data=corpus costs, in data.json: preparing a corpus against bare `tokenizers` (`prepare_vs_tokenizers`,
+target >= 0.8), its peak memory (`prepare_peak_mb`, <= 1024) and the loader's share of a training step
+(`loader_share`, <= 0.02). Each figure's method is in the notes below; the details hold the raw figures."""
 
-data.json: {"prepare_vs_tokenizers": r, "prepare_peak_mb": m, "loader_share": f}, targets r >= 0.8,
-m <= 1024 and f <= 0.02 (the details: the raw seconds, MB/s, bytes and tokens).
-
-prepare_vs_tokenizers: the corpus's MB/s through `prepare()` / its MB/s through a bare `encode_batch`, in one
-process. The corpus: the running Python's standard library source (`files="stdlib"`, about 12 MB), a BPE of
-`vocab_size` tokens trained on it first and not timed. Each side runs on `workers` threads:
-  prepare:    `prepare(data)` with the shards' folder deleted beforehand and tokenizer.json kept: plan the tasks,
-              load the BPE, fork `workers` processes that read the files from disk (the page cache: a warm-up
-              prepare ran first), decode them, tokenize them with `encode_batch` (TOKENIZERS_PARALLELISM=false,
-              as tokenizers itself sets it in a process forked after its threads ran: one thread a worker),
-              add the EOS, write and hash the shards; then meta.json and the rename. (A prepare that finds its
-              BPE trained, as prepare_peak_mb's child does, lets each worker start tokenizers' threads too.)
-  tokenizers: the same BPE's `encode_batch_fast` (tokenizers >= 0.21; else `encode_batch`) over the same
-              files' texts, already in memory, one text a file, on tokenizers' own thread pool of `workers`
-              threads (RAYON_NUM_THREADS, where no earlier use in the process fixed the pool first).
-Both produce the same tokens (the details hold both counts: the shards' also count one EOS a file). Reps
-alternate which side goes first; the figure is the ratio of the median rates.
-
-prepare_peak_mb: the peak memory of preparing a corpus of `corpus_mb` MB (200; BENCH_DATA_MB overrides):
-the stdlib's files copied again and again, under distinct names, into a temporary folder, and prepared by a
-fresh `python -c` child (the bench's own memory does not count) with the BPE trained above copied in (so its
-training is not counted here either: the same work as prepare_vs_tokenizers). The figure is the highest
-total, over the child and its forked workers, of their proportional set sizes (Pss in
-/proc/PID/smaps_rollup: a page shared by n processes counts 1/n in each; the workers share the child's
-imports), sampled every 50 ms. The details hold each process's sampled peak Pss (the child's, the largest
-worker's), the sampled total of plain RSS (a shared page counted in every process), the kernel's exact peak
-RSS of the child (its VmHWM) and of its largest worker (the child's RUSAGE_CHILDREN ru_maxrss), and the child's
-RSS right after its imports: the prepare path imports `harness.data`, whose package imports torch and
-Lightning. Not the child's own ru_maxrss, nor the bench's RUSAGE_CHILDREN: Linux carries a process's peak
-across exec, so a child spawned by the bench reads the bench's own peak (hundreds of MB) there.
-
-loader_share: the corpus's training loader (`train_dataloader()`, `batch_size` windows of `length` tokens, no
-loader workers: conf/data/corpus.yaml's 16, 128 and 0) against a training step of `GPT(size="small")` on
-each batch it gives (forward, masked cross entropy, backward, AdamW step, zero_grad), alternating, on the
-bench's torch threads (BENCH_THREADS, default 1): loader seconds / (loader + step seconds), over `steps`
-batches after `warmup`."""
+# prepare_vs_tokenizers: the corpus's MB/s through `prepare()` / its MB/s through a bare `encode_batch`, in one
+# process. The corpus: the running Python's standard library source (`files="stdlib"`, about 12 MB), a BPE of
+# `vocab_size` tokens trained on it first and not timed. Each side runs on `workers` threads. prepare:
+# `prepare(data)` with the shards' folder deleted beforehand and tokenizer.json kept: plan the tasks, load the BPE,
+# fork `workers` processes that read the files from disk (the page cache: a warm-up prepare ran first), decode them,
+# tokenize them with `encode_batch` (TOKENIZERS_PARALLELISM=false, as tokenizers itself sets it in a process forked
+# after its threads ran: one thread a worker), add the EOS, write and hash the shards; then meta.json and the
+# rename. (A prepare that finds its BPE trained, as prepare_peak_mb's child does, lets each worker start tokenizers'
+# threads too.) tokenizers: the same BPE's `encode_batch_fast` (tokenizers >= 0.21; else `encode_batch`) over the
+# same files' texts, already in memory, one text a file, on tokenizers' own thread pool of `workers` threads
+# (RAYON_NUM_THREADS, where no earlier use in the process fixed the pool first). Both produce the same tokens (the
+# details hold both counts: the shards' also count one EOS a file). Reps alternate which side goes first; the figure
+# is the ratio of the median rates.
+#
+# prepare_peak_mb: the peak memory of preparing a corpus of `corpus_mb` MB (200; BENCH_DATA_MB overrides): the
+# stdlib's files copied again and again, under distinct names, into a temporary folder, and prepared by a fresh
+# `python -c` child (the bench's own memory does not count) with the BPE trained above copied in (so its training is
+# not counted here either). The figure is the highest total, over the child and its forked workers, of their
+# proportional set sizes (Pss in /proc/PID/smaps_rollup: a page shared by n processes counts 1/n in each), sampled
+# every 50 ms. The details hold each process's sampled peak Pss, the sampled total of plain RSS, the kernel's exact
+# peak RSS of the child (VmHWM) and of its largest worker (the child's RUSAGE_CHILDREN ru_maxrss), and the child's
+# RSS right after its imports (`harness.data` imports torch and Lightning). Not the child's own ru_maxrss, nor the
+# bench's RUSAGE_CHILDREN: Linux carries a process's peak across exec, so a child spawned by the bench reads the
+# bench's own peak there.
+#
+# loader_share: the corpus's training loader (`train_dataloader()`, `batch_size` windows of `length` tokens, no
+# loader workers: conf/data/corpus.yaml's 16, 128 and 0) against a training step of `GPT(size="small")` on each
+# batch it gives (forward, masked cross entropy, backward, AdamW step, zero_grad), alternating, on the bench's torch
+# threads (BENCH_THREADS, default 1): loader seconds / (loader + step seconds), over `steps` batches after `warmup`.
 
 from __future__ import annotations
 

@@ -1,28 +1,26 @@
-"""What the probes cost under sharding: benchmarks.probes' comparison (one Trainer, every probe on / none, in
-alternating blocks of steps) run by two processes at once, each a rank of `trainer=fsdp` (FSDP2 through
-harness.train.distributed.sharding.FSDP; gloo on CPU), on `model=gpt model.size=small`.
+"""What the probes and the checks of scaled training cost under sharding, on two ranks of `trainer=fsdp` (and of
+trainer=ddp) with `model=gpt model.size=small`, in fsdp.json: `probes` (median step time every probe on / none,
+target <= 1.05), `probe_hooks`, `rank_agreement` (<= 1.01), `step_loss`, `watchdog` (<= 1.01) and `scale_checks`."""
 
-Under sharding the probes do more than without: the per-layer norms, update ratios and histograms are made of
-each rank's slices and reduced across the ranks once a logging step (harness.train.distributed.shard_sums), and the probes that
-run forward passes of their own all-gather the weights as training does. fsdp.json: `probes`, the median step
-time with every probe over none (target <= 1.05), and `probe_hooks`, 1 + the probes' own hook time over a
-step without them.
-
-How: `python -m benchmarks fsdp` starts torchrun with two processes on this machine, one torch thread each (the
-2-core machine's two cores); each runs worker() with the same schedule of variants, so both ranks switch at
-the same step, and rank 0 writes the figures.
-
-The checks of scaled training are measured in the same way, on the same model and ranks, under trainer=fsdp and
-again under trainer=ddp (where every parameter is replicated): one Trainer each, both checks on against both off
-in alternating blocks. `rank_agreement` (harness.probes.layers.agreement: the replicated weights' checksums and the step
-count compared across the ranks every 10 steps; under FSDP the step count alone, the weights being slices held
-once) is 1 + the probe's own time over a step, target <= 1.01 (`rank_agreement_ddp` the same under DDP);
-`step_loss` (harness.train.step_loss: every token of a step weighing the same, one all-reduce of two numbers and
-the gradients rescaled, against each rank's mean averaged) is 1 + its own time over a step, no target; `watchdog`
-(harness.train.distributed.watchdog: two counters a step, and its thread's heartbeat written and every rank's read once a
-second) the same, target <= 1.01.
-`scale_checks` is the step-time ratio of both on over both off: the machine moves a block of 10 steps by a few
-percent, more than these checks cost, so it says only that nothing larger hides outside their own time."""
+# Method: benchmarks.probes' comparison (one Trainer, every probe on / none, in alternating blocks of steps) run by
+# two processes at once, each a rank (FSDP2 through harness.train.distributed.sharding.FSDP; gloo on CPU). Under
+# sharding the probes do more than without: the per-layer norms, update ratios and histograms are made of each
+# rank's slices and reduced across the ranks once a logging step (harness.train.distributed.shard_sums), and the
+# probes that run forward passes of their own all-gather the weights as training does. `probe_hooks` is 1 + the
+# probes' own hook time over a step without them.
+#
+# How: `python -m benchmarks fsdp` starts torchrun with two processes on this machine, one torch thread each; each
+# runs worker() with the same schedule of variants, so both ranks switch at the same step, and rank 0 writes the
+# figures.
+#
+# The checks of scaled training: one Trainer each under trainer=fsdp and trainer=ddp, both checks on against both
+# off in alternating blocks. `rank_agreement` (harness.probes.layers.agreement: the replicated weights' checksums
+# and the step count compared across the ranks every 10 steps; under FSDP the step count alone) is 1 + the probe's
+# own time over a step (`rank_agreement_ddp` the same under DDP); `step_loss` (harness.train.step_loss: one all-
+# reduce of two numbers and the gradients rescaled) is 1 + its own time over a step, no target; `watchdog`
+# (harness.train.distributed.watchdog: two counters a step, a heartbeat written and every rank's read once a second)
+# the same. `scale_checks` is the step-time ratio of both on over both off: the machine moves a block of 10 steps by
+# a few percent, more than these checks cost, so it says only that nothing larger hides outside their own time.
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The harness's training step against a hand-written PyTorch loop, and its MFU.
-
-loop.json: {"tiny": r, "small": r} = step time of full-mode training through the harness (real
-Lightning Trainer, the default callbacks, probes off) / step time of a raw loop over the same model,
-batch and optimizer. mfu.json: {"small": f} = 6 * parameters * tokens per second of that harness
-step, over the fp32 matmul throughput measured in the same process."""
+"""The harness's training step against a hand-written PyTorch loop, and its MFU. loop.json: {"tiny": r, "small": r},
+full-mode step time through the harness (real Trainer, default callbacks, probes off) over a raw loop's on the same
+model, batch and optimizer. mfu.json: {"small": f}, 6 * parameters * tokens/s over the measured fp32 matmul rate."""
 
 from __future__ import annotations
 

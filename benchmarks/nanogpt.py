@@ -1,12 +1,9 @@
-"""The price of the template at a real size: the harness's `model=gpt model.size=small` training step against the
-code a user would otherwise write, nanoGPT's: its model (below, as karpathy/nanoGPT's model.py writes it: GPT,
-Block, CausalSelfAttention, MLP, weight-tied head, its init) and its plain AdamW loop (weight decay on matrices,
-fused where torch offers it, gradient clipping at 1.0).
+"""The template's price at a real size, in nanogpt.json: `ratio`, seconds per step of the harness's `model=gpt
+model.size=small` training (the real Trainer, the run's loss, guard, resume state and mode=full's probes) over
+nanoGPT's plain loop (its model below, as karpathy/nanoGPT writes it); same shapes, one process. Target <= 1.05."""
 
-nanogpt.json: {"ratio": r} = seconds per step of the harness (the real Lightning Trainer, HarnessModule with the
-run's loss, the non-finite guard, resume state and the probes mode=full runs, from conf/probes/default.yaml) over
-seconds per step of nanoGPT's loop; same width, depth, heads, vocabulary, sequence and batch, one process, the two
-alternating block by block. Target <= 1.05."""
+# nanoGPT's side: GPT, Block, CausalSelfAttention, MLP, weight-tied head, its init, and its AdamW loop (weight decay
+# on matrices, fused where torch offers it, gradient clipping at 1.0). The two sides alternate block by block.
 
 from __future__ import annotations
 

@@ -1,30 +1,26 @@
-"""What the preflight costs at a real language-model size, in training steps and in memory.
+"""What the preflight costs at a real language-model size (GPT-2 small's width and depth), in preflight_scale.json:
+`steps`, one `run_preflight` in training steps of the same model (target <= 10), and `memory`, the preflight's peak
+resident memory over a training step's (target <= 1.5); the details hold the raw seconds and bytes, and each check's."""
 
-preflight_scale.json: {"steps": s, "memory": m}, targets s <= 10 and m <= 1.5:
-  steps:  seconds of one `run_preflight` / seconds of one training step of the same model;
-  memory: the process's peak resident memory during the preflight / the same during a training step.
-
-Setup (main's defaults: GPT-2 small's width and depth): `HFCausalLM(arch="gpt2")`, random init, on the
-synthetic data at `length` tokens, in a `HarnessModule`; the preflight is the real `run_preflight` with a
-config composed from conf/train.yaml, and the `precision` row a one-process run reads as training starts. Its model checks run on a sample batch of 4 training examples; the
-step it is compared with trains on the same 4 examples (forward, masked loss, backward, AdamW step,
-zero_grad): the conservative comparison, a real run's batch being larger. The step's AdamW runs at learning
-rate 0 (the same work; the weights stay at their initialization, so every preflight checks the model a run
-would check).
-
-Time, in one process: a warm-up step, then steps and preflights in alternation (`step_reps` steps between
-two preflights); the figure is the ratio of the medians. The first preflight runs cold, as in a real run.
-Memory: the peak RSS of each phase (Linux: reset by writing 5 to /proc/self/clear_refs, read as VmHWM from
-/proc/self/status; elsewhere a thread sampling /proc/self/statm). The preflight's peak is that of the first
-preflight, before any optimizer exists (as in a run). The step's peak is that of the `step_reps` steps after
-the first: AdamW's state is then resident through forward and backward, while the first step creates it
-only after backward has freed the activations (its lower peak is in the details). Before each reset freed
-memory is handed back to the system (malloc_trim), so that neither phase inherits the other's; within a
-phase the allocator keeps what it keeps, on both sides alike (several passes each).
-
-Threads: both sides run with the bench's torch threads (BENCH_THREADS, default 1); `run_preflight` keeps them
-at this size (it takes one thread for a small model only). The details also hold the raw seconds and bytes,
-and the seconds of every preflight check (each result says how long its test took)."""
+# Setup: `HFCausalLM(arch="gpt2")`, random init, on the synthetic data at `length` tokens, in a `HarnessModule`; the
+# preflight is the real `run_preflight` with a config composed from conf/train.yaml, and the `precision` row a one-
+# process run reads as training starts. Its model checks run on a sample batch of 4 training examples; the step it
+# is compared with trains on the same 4 examples (forward, masked loss, backward, AdamW step, zero_grad): the
+# conservative comparison, a real run's batch being larger. The step's AdamW runs at learning rate 0 (the same work;
+# the weights stay at their initialization, so every preflight checks the model a run would check).
+#
+# Time, in one process: a warm-up step, then steps and preflights in alternation (`step_reps` steps between two
+# preflights); the figure is the ratio of the medians. The first preflight runs cold, as in a real run.
+#
+# Memory: the peak RSS of each phase (Linux: reset by writing 5 to /proc/self/clear_refs, read as VmHWM from
+# /proc/self/status; elsewhere a thread sampling /proc/self/statm). The preflight's peak is that of the first
+# preflight, before any optimizer exists (as in a run). The step's peak is that of the `step_reps` steps after the
+# first: AdamW's state is then resident through forward and backward, while the first step creates it only after
+# backward has freed the activations (its lower peak is in the details). Before each reset freed memory is handed
+# back to the system (malloc_trim), so that neither phase inherits the other's.
+#
+# Threads: both sides run with the bench's torch threads (BENCH_THREADS, default 1); `run_preflight` keeps them at
+# this size (it takes one thread for a small model only).
 
 from __future__ import annotations
 

@@ -1,32 +1,25 @@
-"""What the probes cost: the step time of a real Lightning training step with every probe on (their default
-frequencies) over the same step with none, and the same for `wandb.watch(model, log="all", log_freq=10)`; and
-what the symptoms add (`symptoms`: every probe over every probe but the activations probe and the detectors).
+"""What the probes cost, in probes.json: the step time of a real Lightning training step with every probe on over the
+same step with none (`small` target 1.02, `gpt2` 1.05), the same for `wandb.watch(model, log="all", log_freq=10)`,
+and what the symptoms add (`symptoms`); each a median ratio over repetitions with its spread."""
 
-How: each comparison runs in one Trainer, fitting in a thread of its own and parked at the start of every batch
-by a `Gate` callback. `Bench.run(variant, steps)` switches the variant on (the probes' callback in or out of
-the Trainer's list; wandb.watch on or off the model), then lets `steps` batches through, each a whole loop
-iteration: data fetch, every callback hook, forward, backward, optimizer step, logging. The variants take
-turns every CHUNK steps (see `schedule`), so that the machine's slow and fast seconds fall on both, and each
-ratio is the median over repetitions of on/off, reported with its spread (min, max). Both matter on a shared
-machine: two identical Trainers there differ by up to ±8% (memory placement, each thread's history), and the
-same Trainer's step time drifts by tens of percent over a minute when a neighbour gets busy, while the small
-model's target is 2%.
-
-The reference models (MODELS), each measured at least 3 times: `tiny`, the built-in transformer at its smallest
-(also the floor and the symptoms' share); `small`, `model=gpt model.size=small` (the 1.02 target, and at most
-wandb.watch's cost); `gpt2`, GPT-2 small's size and vocabulary (124M parameters; the 1.05 target), with
-wandb.watch measured beside it.
-
-Setup: language modelling on random tokens (every position in the loss: the most logit work), the harness's
-own CSV logger (metrics.csv, flushed every logged step) and its always-on callbacks (non-finite guard, resume
-state), mode=full's log_every_n_steps=10 for Lightning's own metrics, no validation. `probes` is the
-overfit-mode set (all probes, per-example logit mass and the re-seeding hashes included): mode=full runs a
-subset of it. The details file adds the milliseconds a step spends inside the probes' own hooks (an estimate
-that the machine's noise moves less: it leaves out Lightning's dispatch, the activations probe's forward hooks
-and what the probes' memory traffic costs the step, and bills the logit statistics that the module, logging
-every 10th step, would take there anyway), and the floor (see Floor). The checks that run only on several ranks
-(the ranks' weights compared, every token of a step weighed alike, the watchdog) are measured by
-benchmarks.fsdp."""
+# How: each comparison runs in one Trainer, fitting in a thread of its own and parked at the start of every batch by
+# a `Gate` callback. `Bench.run(variant, steps)` switches the variant on (the probes' callback in or out of the
+# Trainer's list; wandb.watch on or off the model), then lets `steps` batches through, each a whole loop iteration.
+# The variants take turns every CHUNK steps (see `schedule`), so that the machine's slow and fast seconds fall on
+# both. Both spread and median matter on a shared machine: two identical Trainers there differ by up to ±8%, and the
+# same Trainer's step time drifts by tens of percent over a minute when a neighbour gets busy, while the small
+# model's target is 2%.
+#
+# The reference models (MODELS), each measured at least 3 times: `tiny`, the built-in transformer at its smallest
+# (also the floor and the symptoms' share); `small`, `model=gpt model.size=small`; `gpt2`, GPT-2 small's size and
+# vocabulary (124M parameters), with wandb.watch measured beside it.
+#
+# Setup: language modelling on random tokens (every position in the loss), the harness's own CSV logger and its
+# always-on callbacks (non-finite guard, resume state), mode=full's log_every_n_steps=10, no validation. `probes` is
+# the overfit-mode set (all probes): mode=full runs a subset of it. The details file adds the milliseconds a step
+# spends inside the probes' own hooks (an estimate the machine's noise moves less: it leaves out Lightning's
+# dispatch, the activations probe's forward hooks and the probes' memory traffic), and the floor (see Floor). The
+# checks that run only on several ranks are measured by benchmarks.fsdp.
 
 from __future__ import annotations
 

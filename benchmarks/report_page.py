@@ -1,15 +1,10 @@
-"""The cost of a run's page (report.html, harness.report.run_page): written at every run's end, so it must cost
-little there, and stay small enough to mail or attach however long the run.
+"""The cost of a run's page (harness.report.run_page), written at every run's end, in report_page.json: `seconds`,
+writing the page of a 2000-step run with every probe on in a fresh process (median of `reps`, target <= 0.5 s), and
+`megabytes`, its size (target < 5 MB); the spread and warm writes are in report_page.details.json."""
 
-report_page.json:
-  seconds    writing the page of a 2000-step run with every probe on (overfit mode turns them all on), as the run's
-             end does it, once in a fresh process: median of `reps` processes, spread (and the warm writes of one
-             process) in report_page.details.json (target <= 0.5 s)
-  megabytes  that page's size (target < 5 MB)
-
-The run is made once per bench (`train.py mode=overfit n=5 mode.max_steps=2000 mode.target_loss=0 optim.lr=3e-4`: a
-loss of exactly 0 is not reached at that rate, so it trains every step); each write composes the defaults, as the
-run's end does."""
+# The run is made once per bench (`train.py mode=overfit n=5 mode.max_steps=2000 mode.target_loss=0 optim.lr=3e-4`:
+# a loss of exactly 0 is not reached at that rate, so it trains every step); each write composes the defaults, as
+# the run's end does.
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""Whole-process wall time of the quickest verdict, against its floor, in a core-only install and with every extra.
+"""Whole-process wall time of the quickest verdict, in startup.json: `ratio`, `python train.py mode=overfit n=1` over a
+bare `python -c "import torch, pytorch_lightning"`, both in a core-only install (target <= 1.5); `extras_cost`, the same
+run with every extra over the core-only run (<= 1.10); the medians in seconds and the preflight's share."""
 
-startup.json:
-  ratio        `python train.py mode=overfit n=1` as a whole process over a bare
-               `python -c "import torch, pytorch_lightning"`, both in a core-only environment (target <= 1.5)
-  extras_cost  the same run with every extra installed (this environment) over the core-only run (target <= 1.10:
-               an integration costs nothing unless the run uses it)
-  overfit_n1_s, bare_s, extras_run_s: the medians, in seconds; preflight_s: the preflight's share of a run
-
-The core-only environment is made once under outputs/bench/core-venv (the same torch as this one, then
-`pip install .` with no extra) and made again when pyproject.toml changes. The three commands run interleaved,
-`reps` times each, in fresh processes; the figures are ratios of medians."""
+# The core-only environment is made once under outputs/bench/core-venv (the same torch as this one, then `pip
+# install .` with no extra) and made again when pyproject.toml changes. The three commands run interleaved, `reps`
+# times each, in fresh processes; the figures are ratios of medians.
 
 from __future__ import annotations
 

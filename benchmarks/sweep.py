@@ -1,23 +1,20 @@
-"""A parallel sweep against a sequential one: the wall time of the same 3-length overfit sweep, each a real
-`python train.py -m ...` subprocess from start-up to summary, with hydra/launcher=parallel (joblib, 2 workers,
-one torch thread each) over hydra/launcher=basic (one process, jobs one after another, every core's threads).
+"""A parallel sweep against a sequential one, in sweep.json: the wall time of the same 3-length overfit sweep, each a
+real `python train.py -m ...` from start-up to summary, with hydra/launcher=parallel (joblib, 2 workers, one torch
+thread each) over hydra/launcher=basic; the median ratio over `pairs` pairs, each with the machine's load."""
 
-What it measures is what a user waits for: start-up, the joblib workers' own start-up (each imports torch and
-Lightning), the jobs, and the summary. Each job runs a fixed 300 steps (target_loss=0 never stops early), so
-both launchers do the same work, and enough of it that the jobs, not the start-up, dominate (the default
-overfit sweep stops after ~20 steps a job: a few seconds, less than the workers' start-up). The lengths go
-longest first, as in the vanishing_gradients preset: joblib hands out jobs in order, so the longest job starts
-at once and the two short ones share the other worker.
-The two launchers alternate in who goes first; the figure is the median ratio over `pairs` pairs.
-
-Three jobs on two workers cannot beat 2/3 by parallelism alone when the jobs cost the same. What moves the
-ratio further is threads: the basic launcher runs every job with torch's default of one intra-op thread per
-core, each joblib worker with one. A small model's ops gain little from a second thread, and on a machine where
-another process holds a core they lose a great deal (each op waits at OpenMP's barrier for a thread that is not
-scheduled: a 256x256 elementwise op measured 0.1 ms on one thread, 32 ms on two, on the shared 2-core machine
-this was written on). So the figure depends on the machine's load, recorded with each pair. There, with
-OMP_NUM_THREADS=1 set for both launchers (one thread everywhere), the same sweep measured joblib / basic =
-1.5-1.6 under a load of ~2.5 from other processes: the whole gain was the thread count, not parallelism."""
+# What it measures is what a user waits for: start-up, the joblib workers' own start-up, the jobs, and the summary.
+# Each job runs a fixed 300 steps (target_loss=0 never stops early), so both launchers do the same work, and enough
+# of it that the jobs, not the start-up, dominate. The lengths go longest first: joblib hands out jobs in order, so
+# the longest job starts at once and the two short ones share the other worker. The two launchers alternate in who
+# goes first.
+#
+# Three jobs on two workers cannot beat 2/3 by parallelism alone when the jobs cost the same. What moves the ratio
+# further is threads: the basic launcher runs every job with one intra-op thread per core, each joblib worker with
+# one. A small model's ops gain little from a second thread, and where another process holds a core they lose a
+# great deal (a 256x256 elementwise op measured 0.1 ms on one thread, 32 ms on two, on the shared 2-core machine
+# this was written on). So the figure depends on the machine's load. There, with OMP_NUM_THREADS=1 for both
+# launchers, the same sweep measured joblib / basic = 1.5-1.6 under a load of ~2.5: the whole gain was the thread
+# count, not parallelism.
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
 """harness: tells you whether a training harness is sound before you spend a GPU-day.
 
-The package's folders are layers, listed lowest first: a module imports only from its own line and the lines
-before it (tests/test_layout.py holds it, docs/layout.md draws it):
+Folders are layers, lowest first; a module imports only from its own line and those before it (tests/project/test_layout.py
+holds it, docs/layout.md draws it):
 
     errors.py, seeding.py, ranks.py, signals.py, compat.py   what every process shares
-    config/    the schema, a node built with one-line errors, Hydra's errors explained, the config tree
-    report/    the records: verdict.json and its exit codes, symptoms, the sweep summary and plots
-    data/      tokenizers, datasets, corpora and their shards, batches;   ops/   the operations written twice
+    config/    the schema, building a node, Hydra's errors explained, the config tree
+    report/    verdict.json, symptoms, the sweep summary, the pages and plots
+    data/      tokenizers, datasets, shards, batches;   ops/   the operations written twice
     models/    the built-in models;   train/   the LightningModule, Trainer, loggers, checkpoints, sharding
-    checks/    the preflight;   probes/   what the network does while it learns, and the symptom detectors
-    tasks/     training, evaluation and the doctor; what judges a whole config (its rules, its trial build)
+    checks/    the preflight;   probes/   what the network does while it learns, the symptom detectors
+    tasks/     training, evaluation, the doctor; the config's rules and trial build
     cli/       the command line: train.py's and eval.py's entry
 
-`harness.tasks.training.run(cfg)` is the whole training pipeline for a composed config; `train.py` hands its
-conf/ folder to harness.cli.main, which composes and validates every job's config, then runs it.
+`harness.tasks.training.run(cfg)` is the whole training pipeline for a composed config.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import importlib
 
 
 def exported(exports: dict[str, tuple[str, ...]]):
-    """A package's `__getattr__` that imports each name of `exports` (a module -> the names it defines) when first
-    asked for: the package imports nothing heavy until then (the command line reads rules without torch)."""
+    """A package's `__getattr__` importing each name of `exports` (module -> the names it defines) when first asked
+    for, so the package imports nothing heavy until then."""
     home = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str):

@@ -1,7 +1,7 @@
-"""The private APIs of other libraries the harness uses, each behind one function here and nowhere else.
+"""The private APIs of other libraries the harness uses, each behind one function here and nowhere else. A library
+that changed one raises LibraryChanged naming the library and version (tests/project/test_compat.py fails the same way)."""
 
-Each buys something the public API does not give (a speed, a parser); when a library changes one, the call
-fails with the library and version it was written against, and tests/test_compat.py fails the same way."""
+# each buys something the public API does not give: a speed, a parser
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def _private(library: str, version: str, what: str, get: Callable):
 
 
 def lightning_logs_now(trainer) -> bool:
-    """Whether Lightning writes this step's logged values (every log_every_n_steps, and the last step): a
-    self.log call costs about as much whether or not it is written, so the module logs only when it is."""
+    """Whether Lightning writes this step's logged values (every log_every_n_steps, and the last step)."""
+    # a self.log call costs about as much whether or not it is written: the module logs only when it is
     import pytorch_lightning as pl
 
     return _private(
@@ -39,8 +39,8 @@ def lightning_logs_now(trainer) -> bool:
 
 
 def tensorboard_file_writer(writer):
-    """The file writer behind torch's SummaryWriter: one event holding a whole step's scalars or histograms
-    costs a tenth of an event each (TensorBoard checksums every record in pure Python)."""
+    """The file writer behind torch's SummaryWriter, to write one event per step."""
+    # one event holding a step's scalars costs a tenth of an event each: TensorBoard checksums every record in Python
     import torch
 
     return _private(
@@ -49,7 +49,7 @@ def tensorboard_file_writer(writer):
 
 
 def rewrite_csv_header(writer, keys: list[str]) -> None:
-    """Lightning's CSV writer rewriting metrics.csv under a wider header, rows kept (new columns empty)."""
+    """Rewrite metrics.csv under a wider header `keys`, rows kept (new columns empty)."""
     import pytorch_lightning as pl
 
     _private(
@@ -61,8 +61,7 @@ def rewrite_csv_header(writer, keys: list[str]) -> None:
 
 
 def validation_due(trainer) -> bool:
-    """Whether Lightning validates at the end of the training step now ending (called from on_train_batch_end, its
-    own decision, made again right after): a checkpoint saved now precedes that validation."""
+    """Whether Lightning validates at the end of the training step now ending (called from on_train_batch_end)."""
     import pytorch_lightning as pl
 
     return _private(
@@ -77,9 +76,9 @@ def validation_due(trainer) -> bool:
 
 
 def validate_on_restart(checkpoint: dict) -> None:
-    """Make a checkpoint saved at the end of a training step, before the validation due at that step, resume by
-    running that validation first (Lightning's own path for a checkpoint saved during a validation) instead of
-    skipping it: the step's end marked as done, the validation's progress as one batch started, none finished."""
+    """Edit a checkpoint saved before its step's due validation so that resuming runs that validation first."""
+    # Lightning's own path for a checkpoint saved during a validation: the step's end marked done, the validation's
+    # progress as one batch started, none finished
     import pytorch_lightning as pl
 
     def edit() -> None:
@@ -97,7 +96,7 @@ def validate_on_restart(checkpoint: dict) -> None:
 
 
 def hydra_args_parser():
-    """Hydra's own command-line parser: the door check reads the overrides exactly as Hydra will."""
+    """Hydra's own command-line parser, so the door reads the overrides exactly as Hydra will."""
     import hydra
 
     def parser():
@@ -109,8 +108,8 @@ def hydra_args_parser():
 
 
 def shutdown_workers(loader) -> None:
-    """End the worker processes a DataLoader keeps for its next pass (persistent_workers=True): a loader the
-    preflight read is done with, and its workers would otherwise live on through training until it is collected."""
+    """End the worker processes a DataLoader keeps for its next pass (persistent_workers=True)."""
+    # a loader the preflight is done with would otherwise keep its workers through training
     import torch
 
     iterator = getattr(loader, "_iterator", None)
@@ -126,9 +125,9 @@ def shutdown_workers(loader) -> None:
 
 
 def stand_down_child_observer() -> list:
-    """The processes Lightning's launcher started for this machine's other ranks (none unless this process started
-    them), its observer thread stood down: within 5 s of a rank's death it SIGKILLs this process too, before the
-    run's verdict is written. The harness's watchdog (harness.train.distributed.watchdog) watches them instead."""
+    """The processes Lightning's launcher started for this machine's other ranks, its observer thread stood down
+    (harness.train.distributed.watchdog watches them instead)."""
+    # within 5 s of a rank's death the observer SIGKILLs this process too, before the run's verdict is written
     import threading
 
     import lightning_fabric
@@ -150,7 +149,7 @@ def stand_down_child_observer() -> list:
 
 
 class _NotInstalled(importlib.metadata.DistributionFinder):
-    """A finder of distributions (importlib.metadata's public protocol) that reports `names` as not installed."""
+    """An importlib.metadata distribution finder that reports `names` as not installed."""
 
     def __init__(self, names: tuple[str, ...]):
         self.names = names
@@ -167,11 +166,9 @@ class _NotInstalled(importlib.metadata.DistributionFinder):
 
 @contextlib.contextmanager
 def as_if_not_installed(names: tuple[str, ...]):
-    """While a library is imported that imports `names` only because they are installed, those look not installed:
-    their metadata is not found and their import is blocked (None in sys.modules). After it, all is as it was: a run
-    that uses them imports them then. Lightning imports torchmetrics, which imports transformers (its text metrics)
-    and scipy (its audio metrics) wherever their distributions are installed: a second of every start-up, with no
-    setting to turn it off (torchmetrics 1.9: lightning_utilities' RequirementCache reads importlib.metadata)."""
+    """Inside, `names` look not installed (metadata not found, import blocked); after it, all is as it was."""
+    # Lightning imports torchmetrics, which imports transformers and scipy wherever they are installed: a second of
+    # every start-up, with no setting to turn it off (torchmetrics 1.9: RequirementCache reads importlib.metadata)
     names = tuple(n for n in names if n not in sys.modules)
     finder = _NotInstalled(names)
     sys.meta_path.insert(0, finder)
@@ -192,9 +189,7 @@ UNASKED = ("transformers", "scipy")
 
 
 def import_lightning():
-    """pytorch_lightning, imported (the first time) without what its torchmetrics imports only because it is
-    installed (UNASKED): wherever the harness imports Lightning first, the door or the run. Torch is imported
-    here first, in seconds: a signal meanwhile is raised once the import is done (signals.Held)."""
+    """pytorch_lightning, imported without UNASKED; a signal during the import is raised once it is done."""
     from harness.signals import Held
 
     with Held(), as_if_not_installed(UNASKED):
@@ -203,9 +198,8 @@ def import_lightning():
 
 
 def torch_function_off():
-    """A context in which no __torch_function__ runs, neither a mode's nor a subclass's: a probe's own statistics,
-    computed in a hook while a TorchFunctionMode watches the forward, then cost a plain call each instead of a
-    dispatch through the mode (on a tiny model, most of what watching the activation functions costs)."""
+    """A context in which no __torch_function__ runs, neither a mode's nor a subclass's."""
+    # a probe's statistics, computed in a hook while a TorchFunctionMode watches, then cost a plain call each
     import torch
 
     return _private(
@@ -214,8 +208,8 @@ def torch_function_off():
 
 
 def checkpoint_activations(module) -> None:
-    """Recompute `module`'s activations in the backward instead of keeping them, with no wrapper module around it
-    (its parameters keep their names): PyTorch's composable checkpoint, which has no public path yet."""
+    """Recompute `module`'s activations in the backward, with no wrapper (its parameters keep their names)."""
+    # PyTorch's composable checkpoint, which has no public path yet
     import torch
 
     checkpoint = _private(
@@ -228,8 +222,7 @@ def checkpoint_activations(module) -> None:
 
 
 def dispatch_mode():
-    """torch's TorchDispatchMode: a mode that sees every aten op as it runs, after autocast has cast its inputs (what
-    the precision check reads: the dtype each matrix product really ran in)."""
+    """torch's TorchDispatchMode: sees every aten op as it runs, after autocast has cast its inputs."""
     import torch
 
     return _private(

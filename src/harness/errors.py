@@ -7,17 +7,17 @@ import sys
 
 
 class ConfigError(ValueError):
-    """A bad config value or input file, found before any work is done. The command line exits 2 on it."""
+    """A bad config value or input file, found before any work; the command line exits 2 on it."""
 
     def __init__(self, key: str, value: object, fix: str):
         self.key, self.value, self.fix = key, value, fix
         super().__init__(f"{key}={value}: {' '.join(str(fix).split())}")  # one line, whatever the cause said
 
 
+# here, not beside the checks: the run catches it without importing every check
 class PreflightFailed(Exception):
-    """A preflight check run once training has begun (harness.checks.at_start.start_checks: after sharding, the precision in use,
-    the ranks' data) failed, on every rank alike: no step is taken, and the verdict is PREFLIGHT_FAIL. Here, not
-    beside the checks, so that the run can catch it without importing every check. `check`: the row's name."""
+    """A check run as training starts (harness.checks.at_start) failed on every rank: no step is taken, the verdict
+    is PREFLIGHT_FAIL. `check`: the row's name."""
 
     def __init__(self, check: str, detail: str):
         self.check = check

@@ -1,5 +1,5 @@
-"""Which rank this process is, known before the Trainer exists: from torchrun's, SLURM's or Lightning's
-variables (docs/scaling.md). Rank 0 alone writes the run's files."""
+"""Which rank this process is, known before the Trainer exists, read from torchrun's, SLURM's or Lightning's
+variables (docs/scaling.md): `global_rank`, `started_by_lightning`, `restarted`, `under_torchrun`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ RANK_VARIABLES = ("RANK", "SLURM_PROCID")
 
 
 def global_rank() -> int:
-    """0 for the run's first process (the one that writes), a positive number unique to the process for every
-    other; known before the Trainer exists (0 when alone)."""
+    """0 for the run's first process (the one that writes the run's files), else a number unique to this process."""
     for name in RANK_VARIABLES:
         if name in os.environ:
             return int(os.environ[name])
@@ -23,8 +22,8 @@ def global_rank() -> int:
 
 
 def started_by_lightning() -> bool:
-    """Whether Lightning's launcher started this process as a rank > 0: it does so only once rank 0 is in
-    `Trainer.fit`, that is after rank 0's preflight passed, so this rank need not run it again."""
+    """Whether Lightning's launcher started this process as a rank > 0 (so rank 0's preflight has passed)."""
+    # Lightning starts the other ranks only once rank 0 is in Trainer.fit, after its preflight
     launched = int(os.environ.get("LOCAL_RANK", "0")) > 0  # it starts the other processes of its machine only
     return launched and not any(name in os.environ for name in RANK_VARIABLES)
 
@@ -34,8 +33,8 @@ RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
 
 def restarted() -> bool:
-    """Whether a launcher started this job again after it stopped: torchrun's restarts (--max-restarts), SLURM's
-    requeues. Such a job continues from its own run dir's last checkpoint, whatever ckpt_path its command gives."""
+    """Whether a launcher started this job again after it stopped (torchrun's --max-restarts, SLURM's requeue)."""
+    # such a job continues from its own run dir's last checkpoint, whatever ckpt_path its command gives
     return any(int(os.environ.get(name, "0") or 0) > 0 for name in RESTART_VARIABLES)
 
 

@@ -1,4 +1,5 @@
-"""Seeding every source of randomness the harness knows: Python, NumPy, torch (CPU and CUDA)."""
+"""Seeding every generator the harness uses (Python, NumPy, torch CPU and CUDA): `seed_all`, and their state
+taken and put back (`rng_state`, `set_rng_state`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ def seed_all(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    """The state of every generator seed_all seeds, in plain types and tensors (a weights-only checkpoint
-    can hold it)."""
+    """The state of every generator seed_all seeds, in plain types and tensors (a weights-only checkpoint holds it)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),

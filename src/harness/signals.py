@@ -1,9 +1,10 @@
-"""What SIGINT, SIGTERM and SIGUSR2 do at every moment of a run or a sweep, so that a signal always lands within
-seconds: a run stops with an INTERRUPTED verdict and exits 128 + the signal, a sweep stops every job.
+"""What SIGINT, SIGTERM and SIGUSR2 do at every moment of a run or a sweep: a run stops with an INTERRUPTED verdict
+and exits 128 + the signal, a sweep stops every job. Exports the gate (SignalGate, Interrupted), `guarded`, the
+holds (Held, Noted, CalmStart) and the sweep's SweepStop. Imports nothing heavy."""
 
-A training step is finished and checkpointed first (harness.train.interrupt.StopOnSignal); anywhere else (start-up, data
-generation, the preflight, judging and plots) the handler raises Interrupted at once. A second signal raises at
-once everywhere. This module imports nothing heavy: train.py's first handler is installed before torch is."""
+# A training step is finished and checkpointed first (harness.train.interrupt.StopOnSignal); anywhere else the
+# handler raises Interrupted at once, and a second signal raises at once everywhere. train.py's first handler is
+# installed before torch is imported.
 
 from __future__ import annotations
 
@@ -23,15 +24,16 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGUSR2,) if hasattr(signal,
 
 #: a repeat within this many seconds of the first signal is the same request, not a second one: Ctrl-C in a
 #: terminal reaches every process of the group, and a sweep's main process passes it on to its workers too
-SAME_REQUEST_S = 1.0
+REPEAT_WINDOW_S = 1.0
 
 #: in a sweep dir: the signal that stopped the sweep; a job that has not started yet sees it and does not start
 MARKER = ".interrupted"
 
 
+# a BaseException, as KeyboardInterrupt: no `except Exception` on its way (a library's fallback, Hydra's job
+# runner, a job's error verdict) mistakes it for an error and goes on
 class Interrupted(BaseException):
-    """A signal stopped the run. A BaseException, as KeyboardInterrupt: no `except Exception` on its way (a
-    library's fallback, Hydra's job runner, a job's error verdict) mistakes it for an error and goes on."""
+    """A signal stopped the run; `signum` is its number."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -39,9 +41,8 @@ class Interrupted(BaseException):
 
 
 class SignalGate:
-    """The handler of SIGNALS: records the first signal, then raises Interrupted at once, unless `deferring`
-    (inside a training step: whoever set it acts on `received` at the step's end) or `holding` (the verdict is
-    being written, or this process only passes signals on). A repeat raises even while deferring."""
+    """The handler of SIGNALS: records the first in `received` and raises Interrupted, unless `deferring` (inside a
+    training step) or `holding`. A repeat raises even while deferring."""
 
     def __init__(self, deferring: bool = False, holding: bool = False):
         self.received: int | None = None
@@ -54,7 +55,7 @@ class SignalGate:
         repeat = self.received is not None
         if not repeat:
             self.received, self._first_at = signum, now
-        elif now - self._first_at < SAME_REQUEST_S:
+        elif now - self._first_at < REPEAT_WINDOW_S:
             return
         self.noticed(signum, repeat)
         if self.holding or (self.deferring and not repeat):
@@ -62,7 +63,7 @@ class SignalGate:
         raise Interrupted(self.received)
 
     def noticed(self, signum: int, repeat: bool) -> None:
-        """What a signal does before the gate decides whether to raise: say so (subclasses do more)."""
+        """Log the signal and what the gate does with it (subclasses do more)."""
         if self.holding:
             action = "noted"
         elif self.deferring and not repeat:
@@ -83,8 +84,7 @@ class SignalGate:
 
 
 def leave_at_once() -> None:
-    """From now on (the process is exiting: loggers, worker pools and Python itself shut down) a signal ends
-    the process at once with 128 + its number, rather than being raised where nothing would catch it."""
+    """From now on (the process is exiting) a signal ends the process at once with 128 + its number."""
 
     def leave(signum, frame) -> None:
         sys.stdout.flush()
@@ -96,20 +96,16 @@ def leave_at_once() -> None:
 
 
 def _ignore_from_now() -> None:
-    """Ignore these signals for the rest of the process's life. Registered with atexit first, so run last: once
-    Python's own finalization begins it puts the default action back in place of any Python handler (but not of
-    an ignored signal), and a signal during the seconds that torch's teardown can take would kill the process
-    with no exit code of its own."""
+    """Ignore SIGNALS for the rest of the process's life (registered with atexit first, so run last)."""
+    # Python's finalization puts the default action back in place of a Python handler (not of an ignored signal):
+    # a signal during torch's seconds of teardown would otherwise kill the process with no exit code of its own
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
 
 
 @contextmanager
 def guarded():
-    """Around a command's whole: a signal at any moment (the first handler is installed before anything else)
-    ends the process with one line and 128 + its number, never a traceback; from the end on, a signal ends it at
-    once (leave_at_once). Interrupted raised inside a C extension's import (numpy's, torch's) comes back as another
-    exception: the gate's record says it was the signal."""
+    """Around a whole command: a signal ends the process with one line and exit 128 + its number."""
     import atexit
 
     gate = SignalGate()
@@ -121,7 +117,7 @@ def guarded():
         print(f"interrupted by {signal.Signals(stop.signum).name}", file=sys.stderr)
         sys.exit(128 + stop.signum)
     except Exception:
-        if gate.received is None:
+        if gate.received is None:  # else Interrupted raised inside a C extension's import came back as this
             raise
         print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
         sys.exit(128 + gate.received)
@@ -130,16 +126,16 @@ def guarded():
 
 
 def run_guarded(work) -> None:
-    """`work()` run guarded()."""
+    """`work()` inside guarded()."""
     with guarded():
         work()
 
 
+# torch's import calls back into Python from C++: an exception raised there aborts the process or leaves it to
+# crash at exit; fork's hooks swallow what a handler raises
 class Held:
-    """Inside, this process's gate only notes a signal; on leaving, one that came meanwhile is raised as
-    Interrupted, as the gate would have. For code a Python exception must not cross: a C extension's import
-    (torch's calls back into Python from C++, and an exception raised there aborts the process or leaves it to
-    crash at exit), fork's own hooks (which swallow what a handler raises)."""
+    """Inside, the gate only notes a signal; on leaving, one that came meanwhile is raised as Interrupted. For code
+    a Python exception must not cross: a C extension's import, fork's own hooks."""
 
     def __enter__(self) -> Held:
         self.gate = gate_of(signal.getsignal(signal.SIGTERM))
@@ -165,17 +161,15 @@ class Held:
 
 
 class Noted(Held):
-    """Inside, a signal is only noted, and stays so on leaving: for the work after a run's verdict is written (its
-    page), which a signal must not turn into another exit code."""
+    """Inside, a signal is only noted, also on leaving: for work after the verdict is written (its page)."""
 
     def check(self) -> None:
         return
 
 
 class CalmStart(Held):
-    """Around starting a pool's worker processes, forked with this process's Python handlers: the signals are
-    also blocked in the forking thread, so a worker starts with them blocked until `calm_worker` has set its own.
-    A signal that came meanwhile is raised by `check()` once the pool exists to be ended, not on leaving."""
+    """Around starting a pool's workers: SIGNALS blocked, so a worker starts with them blocked until `calm_worker`
+    runs; a signal meanwhile is raised by `check()`."""
 
     def __enter__(self) -> CalmStart:
         super().__enter__()
@@ -189,26 +183,22 @@ class CalmStart(Held):
 
 
 def calm_worker() -> None:
-    """A pool worker's initializer (started inside CalmStart): the signals are for the process that
-    started it, which ends the pool; the pool ends a worker with SIGTERM, which then ends it at once and silently
-    (the default action), rather than through the run's own handler it inherited (a "SIGTERM received" line and
-    a traceback, as if the user had sent it). Ctrl-C, which a terminal sends to every process, is ignored here."""
+    """A pool worker's initializer (started inside CalmStart): SIGTERM ends it silently, the others are ignored."""
+    # SIGTERM is how the pool ends a worker: the default action, not the inherited handler's "SIGTERM received"
+    # line and traceback; Ctrl-C, which a terminal sends to every process, is ignored
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def received() -> int | None:
-    """The signal the gate now handling SIGTERM has received, or None (none yet, or no gate): for code that turns
-    errors into a line, which a signal landing inside a library can look like."""
+    """The signal the installed gate has received, or None (none yet, or no gate)."""
     gate = gate_of(signal.getsignal(signal.SIGTERM))
     return None if gate is None else gate.received
 
 
 def raise_received() -> None:
-    """Raise Interrupted for a signal the gate has received and that was lost on its way: raised inside a C
-    extension's import, it can come back as another exception, which a library's fallback (`except Exception`)
-    takes for a refusal and goes on. Called where start-up hands over to the job: never a run that goes on."""
+    """Raise Interrupted for a signal the gate received but that was lost on its way (inside a C extension)."""
     gate = gate_of(signal.getsignal(signal.SIGTERM))
     if gate is not None and gate.received is not None and not (gate.holding or gate.deferring):
         raise Interrupted(gate.received)
@@ -221,15 +211,13 @@ def gate_of(handler) -> SignalGate | None:
 
 
 def handled_here() -> bool:
-    """Whether harness's own gate handles signals in this process (train.py's launching process, a joblib worker):
-    not in a submitit job, whose signals submitit handles (it requeues a job stopped at SLURM's time limit)."""
+    """Whether harness's gate handles signals in this process (not in a submitit job: submitit handles those)."""
     return gate_of(signal.getsignal(signal.SIGTERM)) is not None
 
 
 def guard_worker() -> None:
-    """In a joblib (loky) worker, which runs sweep jobs one after another: a gate that only notes a signal, so
-    that one arriving between jobs (passed on by the launching process, SweepStop) does not kill the worker; the
-    launcher would then kill every other worker before it writes its verdict."""
+    """In a joblib (loky) worker, install a gate that only notes a signal arriving between jobs."""
+    # a killed worker would make the launcher kill every other before they write their verdicts
     import multiprocessing
 
     if multiprocessing.current_process().name.startswith("LokyProcess") and not handled_here():
@@ -237,15 +225,15 @@ def guard_worker() -> None:
 
 
 def mark_stopped(sweep_dir: Path, signum: int) -> None:
-    """Record in the sweep dir that a signal stopped the sweep: jobs not started yet see it and do not start,
-    and the summary's exit code says so. The first signal recorded stays."""
+    """Record in the sweep dir that `signum` stopped the sweep (jobs not started yet do not start); the first
+    recorded stays."""
     marker = Path(sweep_dir) / MARKER
     if not marker.exists():
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)
         marker.write_text(f"{signum}\n")
 
 
-def stopped(sweep_dir: Path) -> int | None:
+def stop_signal(sweep_dir: Path) -> int | None:
     """The signal that stopped the sweep in `sweep_dir`, or None while it runs."""
     marker = Path(sweep_dir) / MARKER
     try:
@@ -255,7 +243,7 @@ def stopped(sweep_dir: Path) -> int | None:
 
 
 def children(pid: int) -> dict[int, bytes]:
-    """`pid`'s child processes and their command lines, read from /proc (none where /proc is not)."""
+    """`pid`'s child processes -> their command lines, from /proc (none where /proc is not)."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
@@ -272,26 +260,21 @@ def children(pid: int) -> dict[int, bytes]:
 
 
 def loky_workers(pid: int) -> list[int]:
-    """The joblib (loky) worker processes among `pid`'s children (hydra/launcher=parallel); loky's resource
-    tracker, which ignores these signals anyway, is left out."""
+    """The joblib (loky) worker processes among `pid`'s children, loky's resource tracker left out."""
     return [c for c, cmd in children(pid).items() if b"loky" in cmd and b"resource_tracker" not in cmd]
 
 
 def _submitit_jobs(pid: int) -> list[int]:
-    """The submitit controllers among `pid`'s children (hydra/launcher=local): one a job, each passing SIGTERM on
-    to its job's process."""
+    """The submitit controllers among `pid`'s children (hydra/launcher=local), one a job."""
     return [c for c, cmd in children(pid).items() if b"submitit.local._local" in cmd]
 
 
+# joblib's workers get the signal itself, submitit's controllers SIGTERM (the one they pass on to their job); a
+# basic launcher's job runs in this process under its own handler. Raising inside a launcher would leave its jobs
+# running, or kill them before they write a verdict.
 class SweepStop(SignalGate):
-    """The launching process of a sweep (installed by harness.report.summary.SweepSummary when the multirun starts): a
-    signal marks the sweep dir stopped and is passed on to the jobs running in other processes, whose running jobs
-    stop (each with its INTERRUPTED verdict) and whose queued jobs do not start; the launcher then returns, the
-    summary is written for what finished and the process exits 128 + the signal. joblib's workers get the signal
-    itself; submitit's controllers (hydra/launcher=local) get SIGTERM, the one they pass on to their job (a job still
-    starting up, under submitit's own handlers, ignores it and then sees the mark: not started). A basic-launcher
-    job runs in this process under its own handler. It never raises: raising inside a launcher would leave its
-    jobs running, or kill them before they write a verdict."""
+    """The gate of a sweep's launching process (installed by harness.report.summary.SweepSummary): a signal marks
+    the sweep dir stopped and is passed on to the jobs in other processes. It never raises."""
 
     def __init__(self, sweep_dir: Path):
         super().__init__(holding=True)

@@ -1,12 +1,11 @@
-"""The preflight: plain functions `(model, batch or datamodule, cfg) -> CheckResult`, run through pytest.
-
-They need only the contracts of docs/contracts.md, so a fork's own model or data is checked the same way.
+"""The preflight: checks `(model, batch or datamodule, cfg) -> CheckResult` run through pytest before
+training.
 
     result.py            CheckResult, its statuses, SampleBatch
-    preflight.py         run_preflight: every check through pytest (preflight_tests.py), the table, the rows
-    data/                what the batches and the tokenizer must satisfy (DATA_CHECKS, run first)
-    model/               what the model must satisfy (MODEL_CHECKS)
-    at_start/            what is read as training starts: precision, rank_data, the checks after sharding"""
+    preflight.py         run_preflight, over preflight_tests.py
+    data/                the data checks (DATA_CHECKS, run first)
+    model/               the model checks (MODEL_CHECKS)
+    at_start/            the rows read as training starts"""
 
 from harness.checks.data.batch_format import batch_format, ids_in_range, sample_rows
 from harness.checks.data.loaders import epoch_order, train_loader

@@ -1,4 +1,4 @@
-"""Runs the preflight tests through pytest, for one run's model, data and config, and prints the table."""
+"""run_preflight: the preflight tests through pytest for one run's model, data and config, and their table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checks.at_start.after_sharding import skipped
+from harness.checks.at_start.after_sharding import meta_device_row
 from harness.checks.data.batch_format import sample_rows
 from harness.checks.data.reads import DataReads
 from harness.checks.result import FAIL, CheckResult
@@ -42,7 +42,7 @@ BUILT_IN = "preflight_tests.py"
 
 
 class PreflightPlugin:
-    """Hands this run's objects to the preflight tests as fixtures, and collects their results."""
+    """A pytest plugin: this run's objects as the preflight tests' fixtures, and the rows they record."""
 
     def __init__(self, model, data, cfg):
         # overfit mode wraps the fork's datamodule (`.base`): its loaders are what the data checks must read
@@ -61,9 +61,9 @@ class PreflightPlugin:
             self._recorded.add(nodeid)
 
     def rows(self) -> list[dict]:
-        """The results as dicts, each with the seconds its test took (the first test to run a pass over the
-        shared batch takes its time; the checks reading it after are quick)."""
+        """The results as dicts, each with the seconds its test took."""
         return [
+            # the first test to run a pass over the shared batch takes its time; those after it are quick
             {**result.as_dict(), "seconds": round(self._seconds.get(nodeid, 0.0), 3)}
             for result, nodeid in zip(self.results, self._test_of, strict=True)
         ]
@@ -76,9 +76,8 @@ class PreflightPlugin:
     batch = pytest.fixture(name="batch")(lambda self: self.shared_batch())
 
     def shared_batch(self):
-        """One batch for every check: the passes over it that several checks read are run once (SampleBatch).
-        The fork's datamodule, also in overfit mode: model checks want several examples even at n=1."""
-        if self._batch is None:
+        """The sample batch every model check runs on, from the fork's own datamodule (overfit mode too)."""
+        if self._batch is None:  # several examples even at n=1: the model checks compare examples
             self._batch = sample_rows(self._data, size=4)
         return self._batch
 
@@ -94,16 +93,17 @@ class PreflightPlugin:
         self._seconds[report.nodeid] = self._seconds.get(report.nodeid, 0.0) + report.duration
         # a test that failed or crashed before recording a result still gets a row
         if report.failed and report.nodeid not in self._recorded:
-            self.add(CheckResult(_check_name(report.nodeid), FAIL, crash(report)), report.nodeid)
+            self.add(CheckResult(_check_name(report.nodeid), FAIL, _crash_detail(report)), report.nodeid)
 
     def pytest_collection_modifyitems(self, items):
-        """A fork's test of the model, while it has no weights (built on the meta device, not sharded yet): a SKIP
-        row that says so, never a crash read as FAIL (the built-in checks say it themselves)."""
-        if not on_meta_device(self._model):
+        """A SKIP row for each fork test of a model still on the meta device (no weights before sharding)."""
+        if not on_meta_device(
+            self._model
+        ):  # the built-in checks say it themselves, not as a crash read as FAIL
             return
         for item in items:
             if "model" in getattr(item, "fixturenames", ()) and item.path.name != BUILT_IN:
-                self.add(skipped(_check_name(item.nodeid)), item.nodeid)
+                self.add(meta_device_row(_check_name(item.nodeid)), item.nodeid)
                 item.add_marker(pytest.mark.skip(reason="the model is on the meta device"))
 
     @pytest.hookimpl(wrapper=True)
@@ -125,7 +125,7 @@ def _check_name(nodeid: str) -> str:
     return test[test.index("[") + 1 : -1] if test.endswith("]") and "[" in test else test
 
 
-def crash(report) -> str:
+def _crash_detail(report) -> str:
     """A test that raised before recording a row: the exception and where, in one line."""
     found = getattr(report.longrepr, "reprcrash", None)
     if found is None:
@@ -133,7 +133,7 @@ def crash(report) -> str:
     return f"raised {found.message.splitlines()[0][:300]} (at {Path(found.path).name}:{found.lineno}): a bug in the check or in the code it ran"
 
 
-def table(rows: list[dict]) -> str:
+def _results_table(rows: list[dict]) -> str:
     width = max((len(r["name"]) for r in rows), default=5)
     lines = [f"{'check':<{width}}  status  seconds  detail"] + [
         f"{r['name']:<{width}}  {r['status']:<6}  {r.get('seconds', 0.0):>7.2f}  {r['detail']}" for r in rows
@@ -142,17 +142,18 @@ def table(rows: list[dict]) -> str:
 
 
 def _preflight_files(cfg) -> list[str]:
-    """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to where
-    train.py runs; harness.tasks.validate has made sure each exists: pytest would skip a missing one)."""
+    """The built-in preflight tests, then the files `preflight_tests` adds (paths relative to the working
+    directory)."""
+    # harness.tasks.validate has made sure each exists: pytest would skip a missing one
     extra = [str(Path(p)) for p in cfg.get("preflight_tests", None) or []]
     return [str(Path(__file__).with_name(BUILT_IN)), *extra]
 
 
 @contextlib.contextmanager
 def _signals_end_the_session():
-    """While pytest runs the checks, the Interrupted a signal handler raises reaches pytest as a KeyboardInterrupt,
-    the one exception that ends its session at once: any other is that check's failure, and pytest goes on to
-    the next check (minutes, for a long sequence). Yields the list the Interrupted is kept in, to raise again."""
+    """While pytest runs the checks, a signal's Interrupted reaches pytest as a KeyboardInterrupt, which ends
+    its session; yields the list it is kept in, to raise again."""
+    # any other exception is that check's failure, and pytest goes on to the next (minutes, at a long length)
     caught: list[Interrupted] = []
     previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
 
@@ -182,11 +183,10 @@ def _pass_seconds(model, batch: dict) -> float:
 
 
 def announce(model, batch: dict) -> float:
-    """The preflight's time, estimated from one pass over its batch, said up front when it is long (a very
-    long sequence, the loop twins): minutes without a word read as a hang. Returns the estimate."""
+    """The preflight's seconds, estimated from one pass over its batch, and warned of up front when long."""
     one = _pass_seconds(model, batch)
     seconds = PASSES * one
-    if seconds > ANNOUNCE_S:
+    if seconds > ANNOUNCE_S:  # a very long sequence, the loop twins: minutes without a word read as a hang
         examples, tokens = batch["input_ids"].shape
         log.warning(
             "preflight: about %.0f s ahead (%d passes over %d examples of %d tokens, %.1f s each); "
@@ -244,5 +244,5 @@ def run_preflight(module, data, cfg) -> list[dict]:
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):  # the checks did not all run
         plugin.add(CheckResult("preflight", FAIL, f"pytest stopped with {code.name} over {files}"), None)
     rows = plugin.rows()
-    log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, table(rows))
+    log.info("preflight (%.1f s):\n%s", time.perf_counter() - started, _results_table(rows))
     return rows

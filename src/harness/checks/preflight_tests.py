@@ -1,17 +1,11 @@
-"""The preflight: pytest tests over THIS run's model, data and config, run by train.py before training.
-
-Fixtures come from harness.checks.preflight.PreflightPlugin: `model` (the nn.Module), `data` (the
-datamodule, set up: the fork's own, in overfit mode too), `data_reads` (what the data checks read of it, read
-once), `batch` (a few training examples, collated by the fork's own collate), `cfg` (the composed config),
-`record` (call it with a CheckResult so it lands in the table and verdict.json). Add a test here (pytest does
-not rewrite this file's asserts: say why through `record`), or set `preflight_tests` in the config to more
-files (pytest as usual: plugins, assert messages), and it runs before every training run; a test that fails
-without recording a result still shows up as FAIL under its own name."""
+"""The preflight as pytest tests over this run's model, data and config (fixtures from
+harness.checks.preflight.PreflightPlugin: model, data, data_reads, batch, cfg, record). A fork adds files with
+`preflight_tests` (docs/extending.md)."""
 
 import pytest
 
 from harness import checks
-from harness.checks.at_start.after_sharding import skipped
+from harness.checks.at_start.after_sharding import meta_device_row
 from harness.train.distributed.sharding import on_meta_device
 
 
@@ -27,7 +21,7 @@ def test_model(check, model, batch, cfg, record):
         record(checks.CheckResult(check.__name__, checks.SKIP, f"not run: the sample batch {batch.unusable}"))
         return
     if on_meta_device(model):  # no weights before sharding (trainer.strategy.meta_init)
-        record(skipped(check.__name__))
+        record(meta_device_row(check.__name__))
         return
     result = record(check(model, batch, cfg))
     assert result.status != checks.FAIL, result.detail

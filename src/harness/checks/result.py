@@ -1,5 +1,4 @@
-"""A check's result and its statuses, and the sample batch the model checks run on (SampleBatch: a Batch that
-keeps the passes they share, harness.checks.model.passes)."""
+"""CheckResult and its statuses, and SampleBatch: the batch the model checks run on."""
 
 from __future__ import annotations
 
@@ -14,6 +13,9 @@ SKIP = "SKIP"
 
 @dataclass
 class CheckResult:
+    """One preflight row: the check's `name`, its `status` (PASS, WARN, FAIL; SKIP: could not judge) and a
+    one-line `detail`."""
+
     name: str
     status: str  # PASS | WARN | FAIL | SKIP
     detail: str
@@ -23,8 +25,8 @@ class CheckResult:
 
 
 class SampleBatch(dict):
-    """A Batch that keeps the passes checks share over it (see `shared`). Any dict Batch works as well:
-    then each check runs its own passes. `unusable`: why no model can be judged on it (None: it can)."""
+    """A Batch that keeps the passes the model checks share over it (`passes`), and `unusable`: why no model
+    can be judged on it (None: it can). A plain dict works too."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -37,7 +39,8 @@ def sample_batch(dataset, size: int = 4) -> SampleBatch:
     return SampleBatch(first_examples(dataset, size))
 
 
-def shown(values, limit: int = 6) -> str:
+def brief_list(values, limit: int = 6) -> str:
+    """The first `limit` of `values` as text, with their count where there are more."""
     values = list(values)
     head = ", ".join(str(v) for v in values[:limit])
     return head + (f", ... ({len(values)} in all)" if len(values) > limit else "")

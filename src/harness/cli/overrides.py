@@ -1,6 +1,5 @@
-"""The door: every job's config composed and validated before anything runs, the folders it writes checked, and
-no earlier run's results overwritten. A mistake is one `error:` line and exit 2 (harness.errors.die), before the
-heavy imports: a typo costs a second, not a data build and a preflight."""
+"""The door, `check_overrides`: every job's config composed, validated and trial-built before anything runs, its
+folders checked, no earlier run overwritten. A mistake is one `error:` line and exit 2, before the heavy imports."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from harness.report.verdict import status_in
 
 
 def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
-    """Compose the config for every value a sweep names and validate it, before anything runs. Returns the
-    overrides the command line adds: an Optuna search runs under harness's class (hydra_plugins.harness_search)."""
+    """Compose and validate the config for every value a sweep names, exiting 2 on a mistake. Returns the overrides
+    to add to the command line (the search class, a rank's output_subdir)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
@@ -62,9 +61,8 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
 
 
 def _rank_args(hydra_overrides: list[str]) -> list[str]:
-    """What a rank > 0 started with the others (torchrun, ranks started by hand) adds to the command line: no
-    `.hydra/` of its own in the run dir it shares with rank 0, which writes it (Lightning does the same for the
-    ranks it starts)."""
+    """What a rank > 0 started with the others (torchrun, by hand) adds to the command line: no `.hydra/` of its
+    own in the run dir rank 0 writes."""
     from harness.ranks import global_rank, started_by_lightning
 
     given = any(o.startswith("hydra.output_subdir") for o in hydra_overrides)
@@ -74,8 +72,7 @@ def _rank_args(hydra_overrides: list[str]) -> list[str]:
 
 
 def _job_config(composed: DictConfig) -> DictConfig:
-    """A job's config from its composition with the Hydra settings (return_hydra_config=True): the same config
-    less its `hydra` node, as Hydra's compose itself makes it (the settings' overrides touch only that node)."""
+    """A job's config from its composition with the Hydra settings: the same, less its `hydra` node."""
     import copy
 
     from omegaconf import open_dict
@@ -89,9 +86,8 @@ def _job_config(composed: DictConfig) -> DictConfig:
 def _checked_jobs(
     variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool, first: DictConfig
 ) -> list[tuple]:
-    """Each job's config composed and validated, as (config, the config files' own, the keys given); the first
-    mistake exits in one line. `first`: the first variant's config, composed already. Inside
-    initialize_config_dir."""
+    """Each job's (config, the config files' values, the keys given), composed and validated; a mistake exits.
+    `first`: the first variant's config, composed already. Inside initialize_config_dir."""
     from hydra import compose
 
     from harness.config.explain import base_of, explain
@@ -121,8 +117,8 @@ def _checked_jobs(
 
 
 def _hydra_base(overrides: list[str], searchpath: list[str]):
-    """The Hydra settings composed with the command line's group choices only (hydra/launcher=parallel): the
-    config files' values, which a refusal is explained against. Inside initialize_config_dir."""
+    """The Hydra settings composed with the command line's group choices only (the config files' values), or None.
+    Inside initialize_config_dir."""
     from hydra import compose
 
     from harness.config.explain import choices_of
@@ -136,8 +132,7 @@ def _hydra_base(overrides: list[str], searchpath: list[str]):
 
 
 def _try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
-    """Build what each job's config builds and, for a sweep, its launcher (harness.tasks.try_build): a value a
-    library refuses is one line now, not a traceback after the data is built."""
+    """Build what each job's config builds and, for a sweep, its launcher (harness.tasks.try_build); a refusal exits."""
     from harness.signals import Interrupted, received
     from harness.tasks.try_build import launcher_trial, trial
     from harness.train.distributed.devices import on_cluster
@@ -155,8 +150,8 @@ def _try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str
 
 
 def _variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
-    """The job configs' overrides to compose, each value of a sweep with the first of every other (enough to catch
-    any single bad value), and the Hydra settings (launcher, sweeper, output dirs), checked apart."""
+    """(the job configs' overrides: each sweep value with the first of every other, the Hydra settings' overrides)."""
+    # each value once is enough to catch any single bad value
     variants, hydra_overrides = [[]], []
     for override in parsed:
         key = override.get_key_element()
@@ -177,8 +172,8 @@ def _variants_of(parsed: list) -> tuple[list[list[str]], list[str]]:
 
 
 def _check_folders(cfg, hydra_cfg, multirun: bool) -> None:
-    """The folders a run writes: its run (or sweep) dir can be made and holds no earlier run, and data.root, where
-    datasets are generated, can be made (an existing one may be a read-only cache, checked when written)."""
+    """Exit where the run (or sweep) dir cannot be made or holds an earlier run, or data.root cannot be made."""
+    # an existing data.root may be a read-only cache: checked when written
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     directory = str(hydra_cfg.sweep.dir if multirun else hydra_cfg.run.dir)
     _check_writable(key, directory)
@@ -189,9 +184,8 @@ def _check_folders(cfg, hydra_cfg, multirun: bool) -> None:
 
 
 def _check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
-    """No earlier run is overwritten: the run dir, or each job dir of a sweep dir, must hold no verdict unless
-    harness.tasks.job.check_run_dir allows it. A rank Lightning starts works in rank 0's dir: not checked. Ranks started together
-    (torchrun, SLURM) each check it, and rank 0 alone empties it for +overwrite=true."""
+    """Exit where the run dir, or a job dir of the sweep dir, holds a verdict check_run_dir refuses; with
+    +overwrite=true rank 0 empties it. Not on a rank Lightning started (it works in rank 0's dir)."""
     from harness.ranks import global_rank, started_by_lightning
 
     if started_by_lightning():
@@ -201,15 +195,15 @@ def _check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
 
         (_check_sweep_dir if multirun else check_run_dir)(cfg, directory)
         overwrite = cfg.get("overwrite", False) is True and global_rank() == 0
-        if overwrite and replaced(cfg, directory, multirun):
+        if overwrite and overwrites_earlier_run(cfg, directory, multirun):
             _empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
 
 
-def replaced(cfg, directory: Path, multirun: bool) -> bool:
-    """Whether +overwrite=true replaces an earlier run here: a run dir holding a verdict (unless this run continues
-    from a checkpoint inside it), a sweep dir any of whose job dirs holds one."""
+def overwrites_earlier_run(cfg, directory: Path, multirun: bool) -> bool:
+    """Whether `directory` holds an earlier run to replace: a verdict (not one this run resumes from), or in a sweep
+    dir any job dir's."""
     if not Path(directory).is_dir():
         return False
     if multirun:
@@ -220,9 +214,8 @@ def replaced(cfg, directory: Path, multirun: bool) -> bool:
 
 
 def _empty_out(key: str, directory: Path) -> None:
-    """Remove everything in `directory` (what the run it replaces wrote: checkpoints, logs, plots, a tracker's
-    files), before Hydra writes the new run's: nothing of the earlier run is mistaken for this one's. Refused for
-    a folder that holds the working directory (a run dir of its own is what +overwrite=true replaces)."""
+    """Remove everything in `directory` before Hydra writes the new run's files; refused for a folder that holds the
+    working directory."""
     import shutil
 
     directory = Path(directory).absolute()
@@ -244,7 +237,7 @@ def _empty_out(key: str, directory: Path) -> None:
 
 
 def _check_writable(key: str, directory: str, example: str = "outputs/...") -> None:
-    """Stop now if the run directory cannot be made: no run should die for it after the work is done."""
+    """Exit now where `directory` cannot be made, not after the work is done."""
     import tempfile
 
     existing = Path(directory).absolute()
@@ -263,8 +256,7 @@ def _check_writable(key: str, directory: str, example: str = "outputs/...") -> N
 
 
 def _check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
-    """Refuse a sweep directory any of whose job dirs holds a verdict, whatever its status: the new sweep would
-    overwrite those jobs and their summary. Allowed: `+overwrite=true`."""
+    """Refuse a sweep dir any of whose job dirs holds a verdict, unless `+overwrite=true`."""
     if cfg.get("overwrite", False) is True or not Path(sweep_dir).is_dir():
         return
     held = next((d for d in sorted(Path(sweep_dir).iterdir()) if status_in(d)), None)
@@ -277,9 +269,8 @@ def _check_sweep_dir(cfg: DictConfig, sweep_dir: Path) -> None:
         )
 
 
-def fixed_mode(argv: list[str], mode: str) -> list[str]:
-    """The arguments of an entry that runs one mode (eval.py: eval), with `mode=<mode>` first; another mode on the
-    command line is refused in one line."""
+def with_fixed_mode(argv: list[str], mode: str) -> list[str]:
+    """`argv` of an entry that runs one mode (eval.py), with `mode=<mode>` first; another mode given exits."""
     given = [a for a in argv if a.lstrip("+~").split("=")[0] == "mode"]
     if any(a != f"mode={mode}" for a in given):
         die(f"{given[0]}: this entry runs mode={mode}; leave mode out (python train.py {given[0]} trains)")

@@ -1,9 +1,6 @@
-"""`python -m harness.cli.prepare`: a dataset made ready without training, on a login node or ahead of a sweep.
-
-    python -m harness.cli.prepare data=corpus data.files='books/*.txt' tokenizer=bpe
-
-A corpus is tokenized into shards (harness.data.prepare) without torch or Lightning; another source is made by its
-datamodule's prepare_data(). A config mistake is one line and exit 2, a signal one line and 128 + its number."""
+"""`python -m harness.cli.prepare data=corpus data.files='books/*.txt'`: a dataset made ready without training
+(`main`, `prepare_command`). A corpus is tokenized into shards without torch or Lightning, another source by its
+datamodule's prepare_data(). A config mistake exits 2."""
 
 from __future__ import annotations
 
@@ -15,16 +12,14 @@ from harness.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command: prepare (below), and a signal at any moment ends it with one line and 128 + its number, as
-    train.py does (the tokenizing workers end with it, silently)."""
+    """The command: prepare_command, a signal ending it with one line and exit 128 + its number."""
     from harness.signals import run_guarded
 
     run_guarded(lambda: prepare_command(argv))
 
 
 def prepare_command(argv: list[str] | None = None) -> None:
-    """Compose the config from the repository's conf/ with `argv`'s overrides, and prepare its data: a corpus
-    without torch or Lightning; another source by its datamodule's prepare_data()."""
+    """Compose conf/ with `argv`'s overrides (default: sys.argv's) and prepare its data; prints its folder."""
     from hydra import compose, initialize_config_dir
 
     from harness.config import build

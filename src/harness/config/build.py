@@ -1,7 +1,6 @@
-"""`build`: a config node instantiated (hydra.utils.instantiate) with a user's mistake turned into one line naming
-the key: a _target_ that cannot be imported, an argument it does not take, a value it refuses. `refused` names the
-key behind any library's refusal: the one that, set back to the config file's value, makes the refusal go away
-(where that can be tried: the door, harness.tasks.try_build), else the one the library's message names."""
+"""`build`: a config node instantiated with a mistake turned into a one-line ConfigError naming the key (a _target_
+that cannot be imported, an argument it does not take, a value it refuses). `refused` names the key behind a
+library's refusal; `takes` says whether a target takes an argument."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ QUOTED = 240
 
 
 def _unknown_argument(target, names) -> str | None:
-    """The first of `names` that `target` (a class or function) takes no argument of; None if it takes them
-    all, or any keyword (**kwargs), or its signature cannot be read."""
+    """The first of `names` that `target` takes no argument of; None if it takes them all, takes **kwargs, or its
+    signature cannot be read."""
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):
@@ -42,22 +41,22 @@ def _refuse_argument(node: DictConfig, key: str, target, names) -> None:
         ) from None
 
 
-def shown(value) -> str:
-    """A config value as a user writes it on the command line (true, null, 3e-3)."""
+def as_command_line(value) -> str:
+    """A config value as written on the command line (true, null, 3e-3)."""
     if isinstance(value, bool):
         return str(value).lower()
     return "null" if value is None else str(value)
 
 
-def said(err: BaseException) -> str:
-    """A library's message in one short line: its first line, at most QUOTED characters, else its type."""
+def one_line_message(err: BaseException) -> str:
+    """`err`'s first line, at most QUOTED characters, else its type's name."""
     first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
     return first if len(first) <= QUOTED else first[: QUOTED - 3] + "..."
 
 
-def culprit(node: DictConfig, base: DictConfig, order: list[str], attempt: Callable) -> str | None:
-    """The first key of `node` (those in `order` first: the ones the command line set) whose value differs from
-    `base`'s (the config file's) and which, set back to it, lets `attempt(node)` succeed; None if none does."""
+def key_at_fault(node: DictConfig, base: DictConfig, order: list[str], attempt: Callable) -> str | None:
+    """The first key of `node` (those in `order` first) whose value differs from `base`'s (the config file's) and
+    which, set back to it, lets `attempt(node)` succeed; None if none does."""
     names = [*(k for k in order if k in node), *(str(k) for k in node if str(k) not in order)]
     for name in names:
         if name.startswith("_") or name not in node:
@@ -87,34 +86,38 @@ def refused(
     attempt: Callable | None = None,
     what: str | None = None,
 ) -> ConfigError:
-    """One line for a library's refusal (`err`) of the config node at `key`: the key at fault (see the module
-    docstring; `attempt(node)` builds a node again), its value, the library's words and the file's value."""
+    """The ConfigError for a library's refusal `err` of the node at `key`: the key at fault, its value, the
+    library's words and the config file's value. `attempt(node)` builds a node again."""
     what, err = what or str(node.get("_target_") or key), _library_error(err)
-    name = culprit(node, base, list(order), attempt) if attempt is not None else None
+    # the key that, set back to the file's value, makes the refusal go away; else the one the library's words name
+    name = key_at_fault(node, base, list(order), attempt) if attempt is not None else None
     if name is None:
         words = set(re.findall(r"\w+", str(err).lower()))
         name = next((str(k) for k in node if not str(k).startswith("_") and str(k).lower() in words), None)
     if name is None:
         return ConfigError(
-            key, what, f"{what} refuses this config ({said(err)}); check the values under {key}"
+            key, what, f"{what} refuses this config ({one_line_message(err)}); check the values under {key}"
         )
     fix = (
-        f"the config file has {key}.{name}={shown(base.get(name))}"
+        f"the config file has {key}.{name}={as_command_line(base.get(name))}"
         if base is not None and name in base
         else "check its value, or remove it"
     )
-    return ConfigError(f"{key}.{name}", shown(node.get(name)), f"{what} refuses it ({said(err)}); {fix}")
+    return ConfigError(
+        f"{key}.{name}",
+        as_command_line(node.get(name)),
+        f"{what} refuses it ({one_line_message(err)}); {fix}",
+    )
 
 
 def _library_error(err: BaseException) -> BaseException:
-    """The library's own error behind a ConfigError that `refused` made (its words, not the line built from them)."""
+    """The library's own error behind a ConfigError that `refused` made, else `err`."""
     return getattr(err, "library", None) or err
 
 
 def build(node: DictConfig, key: str, **kwargs):
-    """hydra.utils.instantiate of the config node at `key`, with a user's mistake turned into a one-line
-    ConfigError: a _target_ that cannot be imported, an argument it does not take, a value it refuses.
-    A `_partial_` node's arguments are held against its target's signature now, not when it is called."""
+    """hydra.utils.instantiate of the node at `key`, a mistake raised as a one-line ConfigError. A `_partial_`
+    node's arguments are checked against its target's signature now, not when it is called."""
     try:
         made = instantiate(node, **kwargs)
     except InstantiationException as err:
@@ -142,8 +145,7 @@ def build(node: DictConfig, key: str, **kwargs):
 
 
 def takes(node: DictConfig, name: str) -> bool:
-    """Whether the class or function the node's _target_ names takes an argument `name` (False where it cannot be
-    imported: building it then says why)."""
+    """Whether the node's _target_ takes an argument `name` (False where it cannot be imported)."""
     try:
         target = get_object(node._target_)
     except Exception:  # reported, with the key, by build()

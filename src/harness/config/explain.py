@@ -1,13 +1,11 @@
-"""A Hydra composition error, or a value of the wrong kind, in one line: the override at fault and the fix.
-
-The one table of what a kind of value is called (KIND_WORDS) serves the schema's type errors (a dataclass field's
-type) and the door's kind check (a value given where the config file holds another kind)."""
+"""A Hydra composition or grammar error in one line, the override at fault and the fix (`explain`,
+`grammar_error`), and KIND_WORDS, the one table of what a kind of value is called, with `value_kind`."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig, ListConfig
 
-from harness.config.extras import plugin_missing
+from harness.config.extras import missing_plugin_line
 
 #: what a kind of value is called in a one-line error
 KIND_WORDS = {
@@ -22,8 +20,8 @@ KIND_WORDS = {
 TYPE_KINDS = {int: "int", float: "number", bool: "bool", str: "str"}
 
 
-def kind(value) -> str | None:
-    """The kind of a config value as a user writes it: number, bool, str, list, dict (None for null)."""
+def value_kind(value) -> str | None:
+    """A config value's kind: number, bool, str, list, dict (None for null)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -38,9 +36,8 @@ def kind(value) -> str | None:
 
 
 def explain(err: Exception, overrides: list[str], base) -> str:
-    """One line out of a Hydra composition error: the override at fault and the fix.
-
-    `base` is the config composed without overrides, to list the keys that do exist."""
+    """A Hydra composition error in one line: the override at fault and the fix. `base`: the config composed
+    without the overrides, whose keys are listed."""
     import typing
 
     from hydra.errors import MissingConfigException
@@ -51,8 +48,8 @@ def explain(err: Exception, overrides: list[str], base) -> str:
         return next((o for o in overrides if o.split("=")[0].lstrip("+~") == key), key)
 
     cause = err.__cause__
-    if isinstance(err, MissingConfigException) and plugin_missing(err.missing_cfg_file):
-        return plugin_missing(err.missing_cfg_file)
+    if isinstance(err, MissingConfigException) and missing_plugin_line(err.missing_cfg_file):
+        return missing_plugin_line(err.missing_cfg_file)
     if isinstance(err, MissingConfigException) and err.options is not None:
         group = err.missing_cfg_file.rpartition("/")[0] if err.missing_cfg_file else "?"
         options = sorted(o for o in err.options if not o.endswith("_schema"))  # a regime's types: no option
@@ -78,14 +75,13 @@ def explain(err: Exception, overrides: list[str], base) -> str:
 
 
 def choices_of(overrides: list[str]) -> list[str]:
-    """The overrides that choose a group's option or set a top-level key (logger=wandb, n=2): not a dotted key,
-    not an addition or a deletion."""
+    """The overrides that choose a group's option or set a top-level key (logger=wandb, n=2)."""
     return [o for o in overrides if o[:1] not in "+~" and "." not in o.split("=")[0]]
 
 
 def base_of(overrides: list[str], searchpath: list[str]):
-    """The config a mistake is explained against: with the overrides' group choices (logger=wandb: the keys
-    under logger are wandb's), or without any where those do not compose. Inside initialize_config_dir."""
+    """The config a mistake is explained against: composed with the overrides' group choices, else with none.
+    Inside initialize_config_dir."""
     from hydra import compose
 
     try:
@@ -95,8 +91,7 @@ def base_of(overrides: list[str], searchpath: list[str]):
 
 
 def grammar_error(err: Exception, overrides: list[str]) -> str:
-    """Hydra's grammar error in one line; for a value with characters outside ASCII, which Hydra's grammar takes
-    only quoted, how to quote it through the shell."""
+    """Hydra's grammar error in one line; for a value outside ASCII, which Hydra takes only quoted, how to quote it."""
     first = str(err).splitlines()[0]
     odd = next((o for o in overrides if not o.isascii()), None)
     if odd is None or "=" not in odd:

@@ -1,6 +1,7 @@
-"""The optional parts of the install: which extra (pyproject.toml's `[project.optional-dependencies]`) each option
-needs, and a one-line refusal at the door where it is missing, instead of an ImportError after the data is built
-and the preflight has run. `make install` installs every extra; `pip install .` the core alone."""
+"""Which extra of pyproject.toml each option needs (EXTRAS, TRACKERS, PLUGINS), and a one-line ConfigError at the
+door where it is missing (`check_extras`, `check_plugins`, `missing_plugin_line`)."""
+
+# refused at the door, not as an ImportError after the data is built and the preflight has run
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ TRACKERS = {"wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow"}
 PLUGINS = {"submitit": "slurm", "joblib": "parallel", "optuna": "search"}
 
 
-def absent(extra: str) -> str | None:
-    """The first module of `extra` that cannot be imported here, or None where all can."""
+def missing_module(extra: str) -> str | None:
+    """The first module of `extra` that cannot be imported here, or None."""
     for module in EXTRAS[extra]:
         try:
             if importlib.util.find_spec(module) is None:
@@ -35,9 +36,9 @@ def absent(extra: str) -> str | None:
     return None
 
 
-def refusal(key: str, value, extra: str) -> ConfigError | None:
-    """The one-line error for an option whose extra is not installed, or None where it is."""
-    module = absent(extra)
+def missing_extra_error(key: str, value, extra: str) -> ConfigError | None:
+    """The ConfigError for an option whose extra is not installed, or None where it is."""
+    module = missing_module(extra)
     if module is None:
         return None
     return ConfigError(
@@ -56,7 +57,7 @@ def check_extras(cfg) -> None:
         (f"logger.{name}", "on", TRACKERS[name]) for name in (cfg.get("logger") or {}) if name in TRACKERS
     ]
     for key, value, extra in found:
-        error = refusal(key, value, extra)
+        error = missing_extra_error(key, value, extra)
         if error is not None:
             raise error
 
@@ -67,7 +68,7 @@ def check_plugins(hydra_cfg) -> None:
         target = str((hydra_cfg.get(group) or {}).get("_target_", ""))
         for name, extra in PLUGINS.items():
             error = (
-                refusal(f"hydra/{group}", target.rsplit(".", 1)[-1], extra)
+                missing_extra_error(f"hydra/{group}", target.rsplit(".", 1)[-1], extra)
                 if name in target.lower()
                 else None
             )
@@ -75,14 +76,14 @@ def check_plugins(hydra_cfg) -> None:
                 raise error
 
 
-def plugin_missing(missing_file: str | None) -> str | None:
-    """For a config file Hydra could not find that a plugin ships (hydra/launcher/submitit_slurm, hydra/sweeper/
-    optuna), the line that says which extra to install; None for any other."""
+def missing_plugin_line(missing_file: str | None) -> str | None:
+    """For a config file Hydra could not find that a plugin ships (hydra/sweeper/optuna), the line naming the extra
+    to install; None for any other."""
     if not missing_file or not missing_file.startswith("hydra/"):
         return None
     name = missing_file.rsplit("/", 1)[-1]
     extra = next((e for plugin, e in PLUGINS.items() if plugin in name), None)
     if extra is None:
         return None
-    error = refusal(missing_file.rsplit("/", 1)[0], name, extra)
+    error = missing_extra_error(missing_file.rsplit("/", 1)[0], name, extra)
     return None if error is None else str(error)

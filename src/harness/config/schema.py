@@ -1,13 +1,10 @@
-"""The types of the keys harness itself owns, as dataclasses Hydra holds the config to while composing.
+"""The types of the keys harness owns, as dataclasses Hydra composes against (`Train`, a regime per mode, MODES),
+put in Hydra's ConfigStore by `register`. A fork's groups (model, data, optim, ...) are `Any`: their classes check
+their arguments. A fork's new top-level key goes in `Train` (or is given as `+my_key=1`)."""
 
-conf/train.yaml lists `train_schema` first in its defaults, and each conf/mode/*.yaml its regime's schema, so
-`n=abc`, `mode.max_steps=1.5` or `mode.samples=3` in a training regime is refused by Hydra before anything runs,
-with the key named (harness.config.explain turns that into one line). Ranges and rules across keys, which a type
-cannot say, live beside the parts they rule and in harness.tasks.validate. The groups a fork makes its own (model,
-data, tokenizer, loss, optim, schedule, trainer, logger, probes) are typed `Any`: their classes check their own
-arguments.
-
-A new top-level key of a fork's goes here (or takes a `+` on the command line: `+my_key=1`)."""
+# conf/train.yaml lists `train_schema` first in its defaults and each conf/mode/*.yaml its regime's schema, so a
+# value of the wrong type is refused by Hydra before anything runs (harness.config.explain words it); ranges and
+# rules across keys live in harness.tasks.validate
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 
 @dataclass
 class Regime:
-    """What every training regime (conf/mode/overfit.yaml, full.yaml) sets: how long, how often."""
+    """What every training regime sets: how long, how often."""
 
     name: str = "overfit"
     max_steps: int = 1000
@@ -67,7 +64,7 @@ MODES = {
 
 @dataclass
 class Watchdog:
-    """A run on several processes: when a rank that died or stopped is named (harness.train.distributed.watchdog)."""
+    """When a run on several processes names a rank that died or stopped (harness.train.distributed.watchdog)."""
 
     stall_s: float = 300.0  # no rank moved on this long while one waits: the ones behind are named
     silent_s: float = (
@@ -106,10 +103,8 @@ class Train:
 
 
 def register() -> None:
-    """Put the schemas where the config's defaults look for them: train_schema (conf/train.yaml) and one
-    `<mode>_schema` in the mode group for each mode (conf/mode/<mode>.yaml). Idempotent; the hydra_plugins package
-    calls it (hydra_plugins.harness_schema) as Hydra starts, so anything that composes this config (train.py,
-    tests, benchmarks, a launcher's job) has them."""
+    """Store `train_schema` and a `mode/<mode>_schema` per mode in Hydra's ConfigStore. Idempotent; called as Hydra
+    starts (hydra_plugins.harness_schema)."""
     store = ConfigStore.instance()
     store.store(name="train_schema", node=Train)
     for name, (schema, _) in MODES.items():

@@ -1,16 +1,14 @@
-"""Data: tokenizers, one on-disk format, its sources, and a corpus's token shards.
+"""Data: tokenizers, the on-disk format, its sources, a corpus's shards; datamodules load when first asked
+for.
 
-    tokenizer.py   the Tokenizer contract; char, a trained byte-level BPE, a tokenizer.json of your own
-    format.py      the one dataset format on disk (meta.json, train.jsonl, val.jsonl), written atomically
-    dataset.py     records -> Batch tensors, and the datamodule every built-in source shares
-    batch.py       a split's first examples collated as its loader does, a batch moved to a device
-    sampler.py     shuffling that a checkpoint resumes mid-epoch
-    sources/       the built-in datamodules: synthetic, text, folder, corpus (and its windows)
-    shards.py      a corpus tokenized into memory-mapped shards;   prepare.py   making them (no torch)
-    integrity.py   whether a prepared corpus folder is whole;   rules.py   the data keys' ranges
-
-Each datamodule is imported when first asked for (`harness.data.CorpusDataModule`): preparing a corpus
-(`python -m harness.cli.prepare`) imports neither torch nor Lightning."""
+    tokenizer.py   the Tokenizer contract: char, a trained BPE, a tokenizer.json of yours
+    format.py      the one dataset format on disk
+    dataset.py     records -> Batch tensors; the datamodule the sources share
+    batch.py       a split's first examples, collated as its loader does
+    sampler.py     shuffling a checkpoint resumes mid-epoch
+    sources/       the built-in datamodules
+    shards.py      a corpus's token shards;   prepare.py   making them (no torch)
+    integrity.py   whether a prepared corpus is complete;   rules.py   the data keys' ranges"""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Batches (docs/contracts.md, Batch) as the checks, the overfit verdict and the probes handle them: the first
-examples of a split collated as its own loader collates them, a batch moved to a model's device, and a model
-run in train or eval mode for a while."""
+"""Batches as the checks, the overfit verdict and the probes handle them: a split's first examples collated as
+its loader does, a batch moved to a model's device, a model run in a given mode."""
 
 from __future__ import annotations
 
@@ -25,24 +24,24 @@ def indexable(dataset) -> bool:
 
 
 def first_items(dataset, size: int) -> list:
-    """The first `size` items of `dataset` (fewer if it has fewer): by index, or as an iterable dataset yields
-    them in this process (the whole stream: no worker shards it here)."""
+    """The first `size` items of `dataset` (fewer if it has fewer): by index, or as a stream yields them in
+    this process, unsharded."""
     if indexable(dataset):
         return [dataset[i] for i in range(min(size, len(dataset)))]
     return list(islice(iter(dataset), size))
 
 
 def collate_of(loader: DataLoader | None) -> Callable:
-    """The function `loader` turns a list of items into a batch with (a fork's own padding collate, say);
-    default_collate where the loader batches nothing itself."""
+    """The function `loader` turns a list of items into a batch with (a fork's padding collate, say);
+    default_collate where it batches nothing itself."""
     if loader is None or getattr(loader, "batch_sampler", None) is None:
         return default_collate
     return loader.collate_fn or default_collate
 
 
 def first_rows(data, split: str, size: int):
-    """The first `size` examples of `data`'s `split` ("train" or "val") dataset, collated as that split's
-    loader collates them: what training sees, padding included. None where the split holds no example."""
+    """The first `size` examples of the `split` ("train" or "val") dataset, collated as its loader collates
+    them; None where the split is empty."""
     items = first_items(getattr(data, f"{split}_dataset"), size)
     return collate_of(getattr(data, f"{split}_dataloader")())(items) if items else None
 

@@ -19,10 +19,8 @@ log = logging.getLogger(__name__)
 
 
 def _encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length: int) -> dict:
-    """Encode records into batch tensors of shape [examples, length].
-
-    classify: input = the text, the label is the target at the last position, only it is in the mask.
-    lm:       input = text[:-1], targets = text[1:], every position is in the mask."""
+    """Records as Batch tensors [examples, length]: lm, the targets the inputs shifted by one, all in the
+    mask; classify, only the last position (the label) in the mask."""
     ids = []
     for record in records:
         tokens = tokenizer.encode(record["text"] + record.get("label", ""))
@@ -41,8 +39,8 @@ def _encode_records(records: list[dict], tokenizer: Tokenizer, task: str, length
 
 
 class CharDataset(Dataset):
-    """A split held as tensors. Items are dicts of the Batch keys without the batch axis;
-    `record(i)` is the source record item i was made from (for the round-trip check)."""
+    """A split held as tensors: items are dicts of the Batch keys without the batch axis; `record(i)`, item
+    i's source record."""
 
     def __init__(self, records: list[dict], tokenizer: Tokenizer, task: str, length: int):
         self.records, self.task = records, task
@@ -59,10 +57,8 @@ class CharDataset(Dataset):
 
 
 class DiskDataModule(pl.LightningDataModule):
-    """A dataset folder under `root`, made on first use by the subclass's `build()`.
-
-    Subclasses set `self.dataset_dir` and implement `build() -> (splits, task, alphabet, source)`.
-    After `setup()`: `tokenizer`, `train_dataset`, `val_dataset` (see docs/contracts.md, DataModule)."""
+    """A dataset folder at `dataset_dir`, made on first use by the subclass's `build() -> (splits, task,
+    alphabet, source)`; `setup()` loads its tokenizer and datasets."""
 
     regenerate_if_corrupt = True  # generated data is rebuilt; real data is refused with an error
     dataset_dir: Path
@@ -85,10 +81,10 @@ class DiskDataModule(pl.LightningDataModule):
         raise NotImplementedError
 
     def prepare_data(self) -> None:
-        from harness.data.format import is_whole
+        from harness.data.format import is_complete
 
         if self.dataset_dir.exists():
-            if is_whole(self.dataset_dir):
+            if is_complete(self.dataset_dir):
                 return
             if not self.regenerate_if_corrupt:
                 raise CorruptDataset(f"{self.dataset_dir}: not a whole dataset; restore it from its source")

@@ -1,16 +1,6 @@
-"""The one dataset format on disk, written by every generator and read by every loader.
-
-A dataset is a folder:
-
-    meta.json     {"format": 1, "task": "classify" | "lm", "alphabet": str, "length": int,
-                   "splits": {"train": {"examples": int, "sha256": str}, ...}, "source": {...}}
-    train.jsonl   one record a line: {"text": str} (lm: length + 1 characters, the next-token targets
-    val.jsonl     are the text shifted by one) or {"text": str, "label": str} (classify: `length`
-                  characters, then one label character predicted at the last position)
-
-Folders are written atomically (a temporary sibling, then one rename), so concurrent writers of the
-same dataset never leave a partial one; a checksum per split catches truncation and corruption.
-"""
+"""The one dataset format on disk, written by every generator and read by every loader: a folder of meta.json
+(format, task, alphabet, length, each split's examples and sha256, source) and train.jsonl, val.jsonl, one
+record a line. Written atomically; a checksum per split catches truncation."""
 
 from __future__ import annotations
 
@@ -22,6 +12,8 @@ import tempfile
 from pathlib import Path
 
 FORMAT_VERSION = 1
+#: lm: records {"text"} of length + 1 characters (the targets are the text shifted by one); classify: {"text",
+#: "label"}, `length` characters then one label character, predicted at the last position
 TASKS = ("classify", "lm")
 
 
@@ -41,9 +33,8 @@ def sha256_file(path: Path) -> str:
 def write_dataset(
     directory: Path, splits: dict[str, list[dict]], *, task: str, alphabet: str, length: int, source: dict
 ) -> Path:
-    """Write `splits` (split name -> records) as a dataset folder at `directory`, atomically.
-
-    If another process finishes the same folder first, its copy is kept and ours is discarded."""
+    """Write `splits` (split name -> records) as a dataset folder at `directory`, atomically (a sibling
+    renamed into place); a copy another process finished first is kept."""
     assert task in TASKS, task
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -79,8 +70,8 @@ def excerpt(text: str, size: int = 40) -> str:
     return repr(text) if len(text) <= size else f"{text[:size]!r}... ({len(text):,} characters)"
 
 
-def meta_shape(meta) -> str | None:
-    """What is wrong with the shape of a parsed meta.json (the module docstring's), or None."""
+def _meta_fault(meta) -> str | None:
+    """What is wrong with the shape of a parsed meta.json, or None."""
     if not isinstance(meta, dict):
         return f"holds a JSON {type(meta).__name__}, not an object"
     if meta.get("format") != FORMAT_VERSION or meta.get("task") not in TASKS:
@@ -103,8 +94,8 @@ def meta_shape(meta) -> str | None:
 
 
 def read_meta(directory: Path) -> dict:
-    """meta.json, its whole shape checked: a cache of the wrong shape is corrupt (and regenerated), a folder of
-    the wrong shape refused, rather than failing later on a missing key."""
+    """meta.json, every key's shape checked (else CorruptDataset): a cache of the wrong shape is regenerated,
+    a folder of it refused."""
     path = Path(directory) / "meta.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -112,21 +103,21 @@ def read_meta(directory: Path) -> dict:
         raise CorruptDataset(f"{path}: missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CorruptDataset(f"{path}: not valid JSON ({excerpt(str(err), 80)})") from None
-    wrong = meta_shape(meta)
+    wrong = _meta_fault(meta)
     if wrong is not None:
         raise CorruptDataset(f"{path}: {wrong}")
     return meta
 
 
 def _line_limit(length: int) -> int:
-    """The longest line a record of `length` characters can be: every character JSON-escaped (a surrogate pair,
-    12 bytes), the label and the keys besides. A longer line is refused before it is read whole."""
+    """The longest line a record of `length` characters can be: every character JSON-escaped (a surrogate
+    pair, 12 bytes), the label and keys besides."""
     return 12 * (length + 2) + 1024
 
 
 def _parse_record(raw: bytes, where: str, meta: dict) -> dict:
-    """One line of a split as a record, every rule of the format checked; CorruptDataset names `where` (the
-    file and line) and quotes at most an excerpt."""
+    """One line of a split as a record, every rule of the format checked; CorruptDataset names `where` (file
+    and line) and quotes an excerpt."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -161,7 +152,7 @@ def _parse_record(raw: bytes, where: str, meta: dict) -> dict:
     return record
 
 
-def check_whole(directory: Path) -> dict:
+def check_complete(directory: Path) -> dict:
     """meta.json, after checking its shape and every split's checksum; CorruptDataset says what is wrong."""
     meta = read_meta(directory)
     for split in meta["splits"]:
@@ -174,8 +165,8 @@ def check_whole(directory: Path) -> dict:
 
 
 def read_split(directory: Path, split: str, meta: dict | None = None) -> list[dict]:
-    """The records of one split, after checking them against the checksum in meta.json, every line against
-    the format (JSON, UTF-8, the keys and their types, the length, the alphabet)."""
+    """The records of one split, checked against meta.json's checksum and, line by line, the format (UTF-8
+    JSON, keys and types, length, alphabet)."""
     directory = Path(directory)
     meta = meta or read_meta(directory)
     path = directory / f"{split}.jsonl"
@@ -200,10 +191,10 @@ def read_split(directory: Path, split: str, meta: dict | None = None) -> list[di
     return records
 
 
-def is_whole(directory: Path) -> bool:
-    """True when `directory` holds a complete, uncorrupted dataset (its meta.json's shape and checksums)."""
+def is_complete(directory: Path) -> bool:
+    """True when `directory` holds a complete, uncorrupted dataset (meta.json's shape and checksums)."""
     try:
-        check_whole(directory)
+        check_complete(directory)
     except CorruptDataset:
         return False
     return True

@@ -1,11 +1,6 @@
-"""Whether a prepared corpus folder (harness.data.shards) is whole: its meta.json of the right shape, every shard
-there at its length and with its checksum. A generated cache, so a damaged one is prepared again
-(harness.data.prepare), or refused in one line where it cannot be written.
-
-A shard's checksum is read once per shard and file state, not on every run: `.verified.json` beside meta.json
-records, for each shard verified, its size, inode, mtime and ctime with the digest; a shard whose state still
-matches is taken as verified. Any write to the file (or a change of its times, which moves its ctime) makes it
-read again. The record is written where the folder can be written, else the shards are read on every run."""
+"""Whether a prepared corpus folder (harness.data.shards) is complete: `damage` names what is wrong
+(meta.json's shape, a shard missing, of another length or failing its checksum), or None. A damaged one is
+prepared again (harness.data.prepare), or refused where it cannot be written."""
 
 from __future__ import annotations
 
@@ -19,20 +14,22 @@ from harness.data.format import sha256_file
 from harness.data.shards import FORMAT
 
 DTYPES = {"uint16": 2, "uint32": 4}
+#: beside meta.json: each verified shard's size, inode, mtime and ctime with its digest, so a checksum is read
+#: once per shard and file state (where the folder can be written; else the shards are read on every run)
 STAMPS = ".verified.json"
 SHARD_NAME = re.compile(r"shard-\d{5}\.bin")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def whole_number(value) -> bool:
+def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def meta_shape(meta) -> str | None:
+def _meta_fault(meta) -> str | None:
     """What is wrong with the shape of a parsed meta.json (the layout in harness.data.shards), or None."""
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return f"not a {FORMAT} meta.json"
-    if meta.get("dtype") not in DTYPES or not whole_number(meta.get("tokens")):
+    if meta.get("dtype") not in DTYPES or not _is_count(meta.get("tokens")):
         return "dtype must be uint16 or uint32, tokens a whole number"
     tokenizer = meta.get("tokenizer")
     if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("fingerprint"), str):
@@ -44,9 +41,7 @@ def meta_shape(meta) -> str | None:
         return "splits must hold train and val"
     for name in ("train", "val"):
         part = splits[name]
-        if not isinstance(part, dict) or not (
-            whole_number(part.get("start")) and whole_number(part.get("tokens"))
-        ):
+        if not isinstance(part, dict) or not (_is_count(part.get("start")) and _is_count(part.get("tokens"))):
             return f"splits.{name} must hold start and tokens, whole numbers"
         if part["start"] + part["tokens"] > meta["tokens"]:
             return f"splits.{name} reaches past the {meta['tokens']} tokens"
@@ -54,7 +49,7 @@ def meta_shape(meta) -> str | None:
         isinstance(s, dict)
         and isinstance(s.get("file"), str)
         and SHARD_NAME.fullmatch(s["file"])
-        and whole_number(s.get("tokens"))
+        and _is_count(s.get("tokens"))
         and isinstance(s.get("sha256"), str)
         and HEX64.fullmatch(s["sha256"])
         for s in shards
@@ -76,11 +71,11 @@ def read_meta(folder: Path) -> tuple[dict | None, str | None]:
         return None, f"meta.json cannot be read ({err.strerror or err})"
     except ValueError:  # not JSON, or not UTF-8
         return None, "meta.json is not JSON"
-    wrong = meta_shape(meta)
+    wrong = _meta_fault(meta)
     return (None, f"meta.json: {wrong}") if wrong else (meta, None)
 
 
-def state(path: Path) -> list[int]:
+def _file_state(path: Path) -> list[int]:
     """What changes when a file's bytes (or its times) change: size, inode, mtime and ctime in nanoseconds."""
     info = path.stat()
     return [info.st_size, info.st_ino, info.st_mtime_ns, info.st_ctime_ns]
@@ -106,8 +101,8 @@ def _write_stamps(folder: Path, stamps: dict) -> None:
 
 
 def damage(folder: Path, meta: dict | None = None) -> str | None:
-    """What is wrong with the prepared folder (meta.json's shape, a shard missing, of another length, unreadable or
-    failing its checksum), or None when it is whole. Checksums are read once per shard state (module docstring)."""
+    """What is wrong with the prepared folder (meta.json's shape, a shard missing, of another length,
+    unreadable or failing its checksum), or None when it is complete."""
     if meta is None:
         meta, wrong = read_meta(folder)
         if wrong:
@@ -116,9 +111,10 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
     for shard in meta["shards"]:
         path = Path(folder) / shard["file"]
         try:
-            now = state(path)
+            now = _file_state(path)
             if now[0] != shard["tokens"] * DTYPES[meta["dtype"]]:
                 return f"{shard['file']} holds {now[0]} bytes, meta.json says {shard['tokens']} tokens"
+            # a state matching its stamp is verified: a write, or a change of its times, moves the ctime
             if known.get(shard["file"]) != [*now, shard["sha256"]] and sha256_file(path) != shard["sha256"]:
                 return f"{shard['file']} fails its checksum (changed after it was written)"
         except FileNotFoundError:
@@ -134,5 +130,5 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
 def stamp(folder: Path, meta: dict) -> None:
     """Record every shard of a folder just written as verified (its digests were computed as it was written)."""
     _write_stamps(
-        folder, {s["file"]: [*state(Path(folder) / s["file"]), s["sha256"]] for s in meta["shards"]}
+        folder, {s["file"]: [*_file_state(Path(folder) / s["file"]), s["sha256"]] for s in meta["shards"]}
     )

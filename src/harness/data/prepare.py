@@ -1,10 +1,6 @@
-"""Preparing a corpus (data=corpus): the tokenizer made from it, its files tokenized into shards, atomically.
-
-    python -m harness.data.prepare data=corpus data.files='books/*.txt' tokenizer=bpe
-
-does only that step, with the config train.py would compose; a run does the same on first use (the
-datamodule's prepare_data), and every later run and sweep job reuses the folder. Errors in the files or the
-config print one `error:` line and exit 2, as train.py's do."""
+"""Preparing a corpus (data=corpus): the tokenizer made from it, its files tokenized into shards, atomically
+and under a lock. A run does it on first use (the datamodule's prepare_data); `python -m harness.cli.prepare`
+does only this step; every later run and sweep job reuses the folder."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def locked(path: Path):
+def _lock_held(path: Path):
     """Hold an exclusive lock on `path` (created if need be): one preparer at a time, the others wait."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
@@ -43,10 +39,9 @@ def locked(path: Path):
         yield
 
 
-def unusable(data) -> str | None:
-    """Why `data`'s (a harness.data.sources.corpus.Corpus) prepared folder cannot be used as it is, or None: it is whole
-    (harness.data.integrity: meta.json's shape, each shard's length and checksum) and, for tokenizer=bpe, its
-    tokenizer.json reads."""
+def _unusable_reason(data) -> str | None:
+    """Why the prepared folder of `data` cannot be used as it is, or None: it is complete and, for
+    tokenizer=bpe, its tokenizer.json reads."""
     if not data.dataset_dir.exists():
         return "is not prepared yet"
     if data.tokenizer_cfg["kind"] == "bpe":
@@ -59,7 +54,7 @@ def unusable(data) -> str | None:
 
 
 @contextlib.contextmanager
-def writing(data, why: str):
+def _root_must_be_writable(data, why: str):
     """Turn a folder that cannot be written (a read-only data.root) into one line naming data.root."""
     try:
         yield
@@ -75,14 +70,16 @@ def writing(data, why: str):
 
 
 def prepare(data) -> Path:
-    """Make `data`'s (a harness.data.sources.corpus.Corpus) prepared folder unless a whole one is there; its path. A whole
-    one is read without writing anything (a read-only data.root works); a damaged one is prepared again. A user
-    mistake in the files is a ConfigError, and leaves nothing that looks whole."""
-    folder, why = data.dataset_dir, unusable(data)
-    if why is None:
+    """The prepared folder of `data` (a Corpus), made unless a complete one is there (then read without
+    writing); a damaged one is prepared again, a mistake in the files a ConfigError."""
+    folder, why = data.dataset_dir, _unusable_reason(data)
+    if why is None:  # read without writing anything: a read-only data.root works
         return folder
-    with writing(data, why), locked(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"):
-        why = unusable(data)  # another process may have prepared it while this one waited
+    with (
+        _root_must_be_writable(data, why),
+        _lock_held(data.corpus_dir.parent / f".{data.corpus_dir.name}.lock"),
+    ):
+        why = _unusable_reason(data)  # another process may have prepared it while this one waited
         if why is None:
             return folder
         for stale in folder.parent.glob(f".{folder.name}.*"):  # what a killed preparer left
@@ -93,14 +90,14 @@ def prepare(data) -> Path:
         if "tokenizer.json" in why:  # trained again (build_tokenizer reuses one that is there)
             (data.tokenizer_dir / "tokenizer.json").unlink(missing_ok=True)
         try:
-            write(data)
-        except shards.NotText as err:
+            _write_shards(data)
+        except shards.NotText as err:  # nothing that looks complete is left behind
             fix = err.fix or "convert it to UTF-8 (iconv -t UTF-8) or leave it out of data.files"
             raise ConfigError("data.files", err.path, f"{err.reason} at byte {err.offset}; {fix}") from None
     return folder
 
 
-def write(data) -> None:
+def _write_shards(data) -> None:
     """Tokenize `data`'s files into a temporary folder beside the final one, then rename it into place."""
     started, tasks = time.perf_counter(), shards.plan(data.files, data.workers)
     tokenizer = build_tokenizer(data, tasks)
@@ -125,7 +122,7 @@ def write(data) -> None:
             "format": shards.FORMAT,
             "dtype": dtype,
             "tokens": total,
-            "tokenizer": {**describe(tokenizer), "config": data.tokenizer_cfg},
+            "tokenizer": {**_tokenizer_meta(tokenizer), "config": data.tokenizer_cfg},
             "splits": {
                 "train": {"start": 0, "tokens": total - held_out},
                 "val": {"start": total - held_out, "tokens": held_out},
@@ -157,9 +154,8 @@ def write(data) -> None:
 
 
 def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokenizer:
-    """The tokenizer the config asks for, made from the corpus where it must be: char's alphabet from every
-    character the corpus holds (unless tokenizer.alphabet gives it), the BPE trained on the corpus (unless
-    trained before for it and this vocabulary size: then read from its tokenizer.json)."""
+    """The tokenizer the config asks for: char's alphabet read from the corpus (unless given), the BPE trained
+    on it (unless its tokenizer.json is there), or yours."""
     cfg = data.tokenizer_cfg
     if cfg["kind"] == "hf":
         return load_hf(cfg["path"], cfg.get("eos_token"))
@@ -186,8 +182,8 @@ def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokeniz
 
 
 def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:
-    """`function(task, **kwargs)` of every task, in task order, over a pool of `workers` processes (in this one
-    when one suffices), with a progress bar by bytes on stderr. A worker's exception is raised here."""
+    """`function(task, **kwargs)` of every task in order, on `workers` processes (or this one), with a
+    progress bar by bytes; a worker's exception is raised here."""
     from tqdm import tqdm
 
     call = functools.partial(function, **kwargs)
@@ -211,7 +207,7 @@ def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kw
     return results
 
 
-def describe(tokenizer) -> dict:
+def _tokenizer_meta(tokenizer) -> dict:
     """What meta.json records of the tokenizer; `fingerprint` is what a later run's tokenizer must match."""
     return {
         "vocab_size": tokenizer.vocab_size,

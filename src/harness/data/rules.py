@@ -1,6 +1,5 @@
-"""The rules of the data keys of the built-in sources, checked at the door (harness.tasks.validate runs them):
-ranges a type cannot say. What only the data can tell (n larger than the training split, a corpus shorter than
-one window) is checked where the data is read. Imports nothing but the error type."""
+"""RANGES and held_out_fraction: the data keys' ranges, checked at the door (harness.tasks.validate). What
+only the data can tell is checked where it is read. Imports nothing but the error type."""
 
 from __future__ import annotations
 

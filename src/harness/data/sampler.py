@@ -1,8 +1,5 @@
-"""Shuffling that a checkpoint can resume mid-epoch, bit for bit.
-
-Epoch e's order is a permutation drawn from (seed, e) alone, so it needs no saved generator; the
-loader's state is just (epoch, batches already trained on), which Lightning stores in the checkpoint
-(it saves any train loader with state_dict/load_state_dict) and hands back on resume."""
+"""Shuffling that a checkpoint resumes mid-epoch, bit for bit: epoch e's order is drawn from (seed, e) alone,
+and the loader's state is (epoch, batches trained on), which Lightning keeps in the checkpoint."""
 
 from __future__ import annotations
 
@@ -11,21 +8,18 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 
-def shard() -> tuple[int, int]:
+def _rank_and_world() -> tuple[int, int]:
     """(rank, ranks) of this process in its torch.distributed group; (0, 1) when it runs alone."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
 
+# a DistributedSampler by type, so that Lightning leaves it in place under DDP (it would wrap any other
+# sampler); it asks torch.distributed for its share when iterated, not when built (before the ranks exist)
 class EpochPermutation(DistributedSampler):
-    """A fresh permutation each epoch, drawn from (seed, epoch); can start part-way through. Under DDP each
-    rank takes every ranks-th index of the same permutation (the remainder dropped, so every rank runs the
-    same number of steps): the ranks' shares are disjoint and together one epoch, as a DistributedSampler's.
-
-    A DistributedSampler by type so that Lightning leaves it in place under DDP (it would wrap any other
-    sampler, rebuilding the loader); it asks torch.distributed for its share when iterated, not when built,
-    which is before the ranks exist."""
+    """A permutation each epoch from (seed, epoch), able to start part-way; under DDP each rank takes every
+    ranks-th index (the remainder dropped): disjoint shares, one epoch together."""
 
     def __init__(self, size: int, seed: int):  # no super().__init__: it would ask for the ranks now
         self.size, self.seed = size, seed
@@ -33,33 +27,32 @@ class EpochPermutation(DistributedSampler):
 
     @property
     def rank(self) -> int:
-        return shard()[0]
+        return _rank_and_world()[0]
 
     @property
     def num_replicas(self) -> int:
-        return shard()[1]
+        return _rank_and_world()[1]
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before each epoch (as for a DistributedSampler)."""
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.size // shard()[1]
+        return self.size // _rank_and_world()[1]
 
     def __iter__(self):
         order = torch.randperm(
             self.size, generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         )
-        rank, ranks = shard()
+        rank, ranks = _rank_and_world()
         mine = order[: len(self) * ranks][rank::ranks]
         skip, self.skip = self.skip, 0
         yield from mine[skip:].tolist()
 
 
 class ResumableLoader(DataLoader):
-    """A shuffled DataLoader whose position survives a checkpoint. Lightning fetches one batch ahead
-    and may not exhaust an epoch's iterator, so the position saved is the fit loop's own count of
-    batches trained on (kept current by harness.train.checkpoints.ResumeState), and the epoch is Lightning's."""
+    """A shuffled DataLoader whose position survives a checkpoint: batches trained on (kept by
+    harness.train.checkpoints.ResumeState) in Lightning's epoch."""
 
     def __init__(self, dataset, batch_size: int, seed: int, drop_last: bool, **kwargs):
         self.order = EpochPermutation(len(dataset), seed)
@@ -72,7 +65,8 @@ class ResumableLoader(DataLoader):
             generator=torch.Generator().manual_seed(seed),
             **kwargs,
         )
-        self.trained = (0, 0)  # (epoch, batches trained on in it)
+        # (epoch, batches trained in it): Lightning reads one batch ahead, and may not end an epoch's iterator
+        self.trained = (0, 0)
 
     def state_dict(self) -> dict:
         epoch, done = self.trained

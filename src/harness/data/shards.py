@@ -1,18 +1,6 @@
-"""Token shards on disk: a corpus's files read in pieces and tokenized (the workers' side of
-harness.data.prepare, which runs them and commits the folder), and read back through memory maps
-(harness.data.sources.corpus's windows).
-
-A prepared folder:
-
-    meta.json          {"format", "dtype", "tokens", "tokenizer": {vocab_size, fingerprint, bos_id, eos_id,
-                        alphabet, config}, "splits": {"train": {"start", "tokens"}, "val": {...}},
-                        "shards": [{"file", "tokens", "sha256"}, ...], "source": {files, bytes, first}}
-    shard-00000.bin    token ids, uint16 (vocabularies up to 65536) or uint32, native order, no header
-
-The shards are the corpus's token stream in order (file after file, each document followed by the
-tokenizer's EOS, preceded by its BOS where that differs); the splits are two ranges of that stream.
-Pieces of a file are cut after a newline followed by a non-space character, which GPT-2's pre-tokenizer splits
-at anyway: the tokens do not depend on where the pieces fall."""
+"""Token shards: a corpus's files cut into pieces and tokenized (the workers' side of harness.data.prepare),
+and read back through memory maps (TokenStore): meta.json and shard-NNNNN.bin files, the token stream in order
+(uint16 or uint32, no header)."""
 
 from __future__ import annotations
 
@@ -32,11 +20,11 @@ TASK_BYTES = (256 << 10, 64 << 20)  # the least and most a worker's task (one sh
 
 
 class NotText(Exception):
-    """A file that is not UTF-8 (or, for .jsonl, not JSON records with the text field), or that cannot be read;
-    `fix` what to do (None: the text's fix). Args are the message parts, so that it crosses a process pool intact."""
+    """A file that is not UTF-8 (for .jsonl: not JSON records with the text field), or cannot be read; `fix`:
+    what to do (None: make it UTF-8 text)."""
 
     def __init__(self, path: str, offset: int, reason: str, fix: str | None = None):
-        super().__init__(path, offset, reason, fix)
+        super().__init__(path, offset, reason, fix)  # the parts as args: it crosses a process pool intact
         self.path, self.offset, self.reason, self.fix = path, offset, reason, fix
 
 
@@ -64,7 +52,8 @@ class Piece:
 
 def cut_after(data: bytes, lines: bool) -> int:
     """The last place in `data` where a piece may end (0 if none): after a newline followed by a non-space
-    byte (after any newline for records, `lines`)."""
+    byte, or any newline for records (`lines`)."""
+    # GPT-2's pre-tokenizer splits there anyway: the tokens do not depend on where the pieces fall
     end = len(data) - 1  # the byte after the newline must be in data
     while (i := data.rfind(b"\n", 0, end)) >= 0:
         if lines or data[i + 1] not in WHITESPACE:
@@ -114,8 +103,8 @@ def _decode(data: bytes, piece: Piece, offset: int) -> str:
 
 
 def read_texts(piece: Piece, text_field: str = "text"):
-    """Yield (text, ends a document) for `piece`, in order, about BLOCK bytes at a time. Raises NotText, also for a
-    file that cannot be read (its permissions, a damaged .gz)."""
+    """Yield (text, ends a document) for `piece`, about BLOCK bytes at a time; NotText for a file that is no
+    text or cannot be read."""
     try:
         yield from _texts(piece, text_field)
     except (OSError, EOFError) as err:
@@ -182,9 +171,8 @@ class Task:
 
 
 def plan(files: list[tuple[str, int]], workers: int, piece_bytes: int = 4 << 20) -> list[Task]:
-    """Tasks over `files` ((path, bytes) in corpus order): about four a worker, of 256 KiB to 64 MiB each. A
-    file is cut into pieces of `piece_bytes` (whatever `workers`: the pieces, and so the tokens, are the same
-    on every machine); a task holds whole pieces, several small files or part of a large one."""
+    """Tasks over `files` ((path, bytes) in order): about four a worker, 256 KiB to 64 MiB each, of whole
+    pieces of `piece_bytes` (the same on every machine)."""
     total = sum(size for _, size in files)
     task_bytes = min(max(total // (4 * max(workers, 1)), TASK_BYTES[0]), TASK_BYTES[1])
     tasks, pieces, size = [], [], 0
@@ -219,8 +207,8 @@ def scan_task(task: Task, text_field: str) -> tuple[int, str]:
 
 
 def encode_task(task: Task, spec: dict, text_field: str, folder: str, dtype: str) -> tuple[int, int, str]:
-    """Tokenize `task` into `folder/task.shard`: (task index, tokens written, their sha256). Each document is
-    followed by the EOS and preceded by the BOS where the tokenizer has them (GPT-2's one token: EOS only)."""
+    """Tokenize `task` into `folder/task.shard`: (task index, tokens written, their sha256); each document
+    followed by the EOS, preceded by the BOS where it differs."""
     from harness.data.tokenizer import from_spec
 
     tokenizer = from_spec(spec)
@@ -251,8 +239,8 @@ def encode_task(task: Task, spec: dict, text_field: str, folder: str, dtype: str
 
 
 class TokenStore:
-    """A prepared folder's token stream, read through memory maps. The maps open on first read, in the
-    process that reads (a DataLoader worker maps its own; pickling carries the paths, not the data)."""
+    """A prepared folder's token stream, read through memory maps opened on first read in the process that
+    reads (pickling carries the paths, not the data)."""
 
     def __init__(self, folder: Path, meta: dict):
         self.paths = [Path(folder) / s["file"] for s in meta["shards"]]

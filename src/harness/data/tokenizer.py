@@ -1,11 +1,6 @@
-"""Tokenizers, one contract (`Tokenizer`), and the `tokenizer` config group that chooses one.
-
-    char  CharTokenizer: one token per character of a fixed alphabet (synthetic, text, folder data; and corpus)
-    bpe   a byte-level BPE trained on the corpus with Hugging Face `tokenizers` (data=corpus; cached on disk)
-    hf    a tokenizer.json file or a tokenizer folder of your own, loaded offline (data=corpus)
-
-conf/tokenizer/*.yaml hold a `kind` and its arguments, no `_target_`: data configs that can use any
-tokenizer take the whole node (`tokenizer: ${tokenizer}`) and build it here, once the corpus is known."""
+"""Tokenizers behind one contract (`Tokenizer`), chosen by the `tokenizer` config group: char (CharTokenizer,
+a fixed alphabet), bpe (a byte-level BPE trained on the corpus), hf (a tokenizer.json or folder of your own).
+Its configs hold a `kind` and its arguments, built here (tokenizer_config)."""
 
 from __future__ import annotations
 
@@ -17,6 +12,8 @@ from typing import Protocol
 
 from harness.errors import ConfigError
 
+# no `_target_` in conf/tokenizer/: data configs that take any tokenizer take the whole node and build it
+# here, once the corpus is known
 KINDS = ("char", "bpe", "hf")
 END_OF_TEXT = "<|endoftext|>"  # the BPE's one special token: GPT-2's, between documents (both BOS and EOS)
 #: special tokens a tokenizer.json of unknown origin may use to end a document, in order of preference
@@ -25,9 +22,8 @@ BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>")
 
 
 class Tokenizer(Protocol):
-    """What the harness asks of a tokenizer. `decode` is what datapoints, generations and the data round trip
-    use; `bos_id`/`eos_id` are None when the tokenizer has none; `fingerprint()` is a stable hash of the
-    vocabulary (and merges), which prepared token shards record to refuse a tokenizer they were not made with."""
+    """What the harness asks of a tokenizer (docs/contracts.md): `bos_id`/`eos_id` None where it has none;
+    `fingerprint()`, a stable hash of its vocabulary, which prepared shards are checked against."""
 
     vocab_size: int
     bos_id: int | None
@@ -41,8 +37,8 @@ class Tokenizer(Protocol):
 
 
 class CharTokenizer:
-    """Maps each character of `alphabet` to its index. `decode(encode(s)) == s` for any `s` over the
-    alphabet; a character outside it raises a ValueError naming the character and its position."""
+    """Maps each character of `alphabet` to its index; `decode(encode(s)) == s`, and a character outside it is
+    a ValueError naming it and its position."""
 
     bos_id = eos_id = None  # characters only: documents are simply concatenated
 
@@ -83,9 +79,8 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizers.Tokenizer` (the trained BPE, or a tokenizer.json of your own) behind the
-    contract. Encoding adds no special tokens (documents get theirs where the data joins them); decoding
-    keeps them, so `<|endoftext|>` shows in datapoints and round trips."""
+    """A Hugging Face `tokenizers.Tokenizer` behind the contract: encoding adds no special tokens (the data
+    adds them), decoding keeps them."""
 
     def __init__(self, backend, bos_id: int | None = None, eos_id: int | None = None):
         self.backend, self.bos_id, self.eos_id = backend, bos_id, eos_id
@@ -116,8 +111,8 @@ class HFTokenizer:
         return None if token_id is None else self.backend.id_to_token(token_id)
 
     def fingerprint(self) -> str:
-        """sha256 of what maps text to ids: the model (vocabulary, merges), the added tokens, the normalizer
-        and pre-tokenizer; key order canonical."""
+        """sha256 of what maps text to ids: the model (vocabulary, merges), added tokens, normalizer and
+        pre-tokenizer."""
         whole = json.loads(self.backend.to_str())
         kept = {k: whole.get(k) for k in ("model", "added_tokens", "normalizer", "pre_tokenizer")}
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
@@ -185,10 +180,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> HFTokenizer:
 
 
 def load_hf(path: str, eos_token: str | None = None) -> HFTokenizer:
-    """A tokenizer.json file, or a tokenizer folder, as an HFTokenizer, offline. A folder goes through
-    transformers' AutoTokenizer (local files only; its BOS/EOS are the folder's own) where that loads it, else
-    its tokenizer.json. The EOS is `eos_token` if given, else the folder's, else the first of EOS_NAMES the
-    vocabulary holds; the BOS likewise from BOS_NAMES."""
+    """A tokenizer.json file or a tokenizer folder as an HFTokenizer, offline; EOS `eos_token`, else the
+    folder's, else the first of EOS_NAMES it holds (BOS likewise)."""
     from tokenizers import Tokenizer as Backend
 
     where = Path(path).expanduser()

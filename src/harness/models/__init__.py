@@ -1,13 +1,10 @@
-"""Built-in models. Each meets the Model contract of docs/contracts.md: built with `vocab_size` injected,
-`forward(input_ids Long[b, time]) -> logits [b, time, vocab]`, causal, with a `token_embedding`.
+"""Built-in models meeting the Model contract, each loaded when first asked for (`harness.models.GPT`).
 
-    transformer.py   the small transformer (the default); its attention is harness.ops.CausalAttention
-    recurrent.py     RNN and LSTM, the simple substitutes (harness.ops's scans)
-    gpt.py           a real GPT (nanoGPT's shape, sizes tiny to GPT-2 small)
-    hf.py            any Hugging Face causal LM architecture, random init
-    rules.py         the ranges of their keys, checked at the door
-
-Each is imported when first asked for (`harness.models.GPT`): the door reads rules.py without torch."""
+transformer.py   the small transformer (the default)
+recurrent.py     RNN and LSTM
+gpt.py           a real GPT, tiny to GPT-2 small
+hf.py            any Hugging Face causal LM architecture, random init
+rules.py         the ranges of their keys (read without torch)"""
 
 from __future__ import annotations
 

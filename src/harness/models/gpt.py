@@ -1,18 +1,6 @@
-"""A GPT as the best minimal implementations write it (nanoGPT, nanochat), sized by preset: tiny, small, gpt2.
-
-- pre-norm blocks: x + attention(norm(x)), then x + mlp(norm(x)); a last norm before the head;
-- fused causal attention (`scaled_dot_product_attention(is_causal=True)`): no mask buffer to keep in sync;
-- MLP 4x wide with GELU; one `dropout` rate for the embeddings, the attention weights and both branches;
-- `bias=false` drops the biases of every Linear and LayerNorm (nanoGPT's option: a little faster, as good);
-- the output head shares `token_embedding.weight` (weight tying, as GPT-2): fewer parameters, and a token's
-  input and output vectors learn together;
-- positions learned (an nn.Embedding, GPT-2) or rope (rotary, applied to q and k: relative, no parameters);
-- GPT-2's init: N(0, 0.02) for every Linear and Embedding, zero biases, and each residual branch's output
-  projection at 0.02 / sqrt(2 * layers), so the residual stream's variance does not grow with depth.
-
-Its neighbours: transformer.py (the harness's small transformer, attention through the twins), hf.py (any
-Hugging Face architecture). Axes: b batch, time positions, heads attention heads, dim per-head width,
-half the rotary pairs of a head (dim = 2 * half)."""
+"""GPT, as nanoGPT and nanochat write it, sized by preset (tiny, small, gpt2): pre-norm blocks, fused causal
+attention, a tied head, learned or rotary positions, GPT-2's init. Axes: b batch, time, heads, dim per-head
+width, half the rotary pairs (dim = 2 * half)."""
 
 from __future__ import annotations
 
@@ -32,8 +20,8 @@ POSITIONS = ("learned", "rope")
 
 
 def rotary_angles(time: int, dim: int, device: torch.device, base: float = 10000.0) -> tuple:
-    """cos and sin [time, half] of rotary embeddings: position t turns pair i of a head by t * base^(-2i/dim).
-    Computed in float32 on each call (cheap), so no buffer loses precision when the model is cast."""
+    """cos and sin [time, half] of rotary embeddings (position t turns pair i by t * base^(-2i/dim)), in
+    float32 on each call: no buffer loses precision when the model is cast."""
     frequencies = base ** -(torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
     positions = torch.arange(time, device=device, dtype=torch.float32)
     angles = einsum(positions, frequencies, "time, half -> time half")
@@ -70,6 +58,7 @@ class CausalSelfAttention(nn.Module):
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)
         dropout = self.dropout if self.training else 0.0
+        # fused and causal: no mask buffer to keep in sync
         mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         return self.out_dropout(self.out(rearrange(mixed, "b heads time dim -> b time (heads dim)")))
 
@@ -99,10 +88,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """input_ids Long[b, time] -> logits [b, time, vocab_size]; position t sees inputs 0..t only.
-
-    `size` picks d_model, layers and heads from SIZES; each of them given explicitly overrides the preset's.
-    `max_len` is the longest input with learned positions (rope has no limit of its own)."""
+    """input_ids Long[b, time] -> logits [b, time, vocab_size], causal. `size` picks d_model, layers and heads
+    from SIZES (each given overrides it); `max_len` bounds learned positions; `bias=False` drops every bias.
+    """
 
     def __init__(
         self,
@@ -147,16 +135,18 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, heads, dropout, bias) for _ in range(layers))
         self.norm = nn.LayerNorm(d_model, bias=bias)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
-        self.head.weight = self.token_embedding.weight  # tied: one tensor, two uses
+        # tied, as GPT-2: one tensor, two uses; a token's input and output vectors learn together
+        self.head.weight = self.token_embedding.weight
         self.init_weights()
 
     def init_weights(self) -> None:
-        """GPT-2's init of every parameter (the model has no buffer): what the constructor does, and what a model
-        built on the meta device and sharded gets once its memory exists (trainer.strategy.meta_init)."""
+        """GPT-2's init of every parameter: what the constructor does, and what a model built on the meta
+        device gets once sharded (trainer.strategy.meta_init)."""
         for module in self.modules():
             if isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
         self.apply(gpt2_init)
+        # each residual branch's output projection smaller: the residual stream's variance stays flat in depth
         for block in self.blocks:
             for projection in (block.attention.out, block.mlp.out):
                 nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * len(self.blocks)))

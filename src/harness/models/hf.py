@@ -1,9 +1,6 @@
-"""Any Hugging Face causal LM architecture, built from its config with random weights, behind the Model
-contract (docs/contracts.md). Nothing is downloaded: no weights, no tokenizer, no config file.
-
-    python train.py model=hf model.arch=llama          # or gpt2, mistral, qwen2, gpt_neox, ...
-
-`transformers` is an optional dependency: `pip install -e '.[hf]'` (`make install` installs it)."""
+"""HFCausalLM: any Hugging Face causal LM architecture built from its config with random weights, behind the
+Model contract; nothing is downloaded (`python train.py model=hf model.arch=llama`). Needs `pip install -e
+'.[hf]'`."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ FFN_KEYS = ("intermediate_size", "n_inner", "ffn_dim")
 
 
 def _architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
-    """The `transformers` config of `arch`: `sizes` in the usual keys (hidden_size, num_hidden_layers, ...,
-    which each architecture maps to its own), every dropout rate set to `dropout`, and `extra` (the
-    architecture's own keys, each checked to exist)."""
+    """The `transformers` config of `arch`: `sizes` under the usual keys (each architecture maps them to its
+    own), every dropout rate `dropout`, and `extra` (its own keys, each checked to exist)."""
     try:
         from transformers import CONFIG_MAPPING, AutoConfig
     except ImportError:

@@ -1,5 +1,5 @@
-"""The rules of the built-in models' keys, checked at the door (harness.tasks.validate runs them): ranges a type
-cannot say. A model's other arguments are checked by its class when it is built. Imports nothing heavy."""
+"""RANGES: the built-in models' keys' ranges, checked at the door (harness.tasks.validate); the other
+arguments are checked by each class when built."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""What runs inside a forward pass: which module's forward is running (`ModuleStack`, kept by hooks), and the torch
-functions called in it (`Intercept`, a TorchFunctionMode routing chosen functions to a handler).
-
-Module hooks see only modules: `torch.relu`, `F.softmax` or `F.dropout` called inside a forward are invisible to
-them. The checks (attention weights), the activations probe (activations written as functions) and the overfit
-verdict (train mode with dropout off) see those calls through these two, and only while they are active."""
+"""What runs inside a forward: which module's forward is running (ModuleStack, by hooks) and the torch
+functions called in it, which module hooks cannot see (Intercept: `F.softmax`, `torch.relu`, `F.dropout`);
+`without_dropout` keeps every unit."""
 
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ DROPOUTS = (
 SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
-def argument(args: tuple, kwargs: dict, index: int, name: str, default=None):
+def call_argument(args: tuple, kwargs: dict, index: int, name: str, default=None):
     """A call's argument given by position `index` or keyword `name`."""
     if name in kwargs:
         return kwargs[name]
@@ -37,9 +34,8 @@ def argument(args: tuple, kwargs: dict, index: int, name: str, default=None):
 
 
 class ModuleStack:
-    """Which module's forward is running, while entered: forward pre- and post-hooks on every module of `model`
-    push and pop its name. `current` is that name ("" for the model's own forward), or None outside the
-    model's forward (a loss, an optimizer)."""
+    """Which module's forward is running, while entered (hooks push and pop names): `current` is that name (""
+    for the model's own forward; None outside it)."""
 
     def __init__(self, model: nn.Module):
         self.model = model
@@ -72,28 +68,27 @@ class ModuleStack:
 
 
 class Intercept(TorchFunctionMode):
-    """While active, a call of a torch function that `handlers` holds runs `handlers[func](func, args, kwargs)`
-    instead (which may call `func` itself: inside the handler this mode is off); every other call runs as it
-    is. Costs a Python call per torch call while active: enter it only for the forward that is watched."""
+    """While active, a call of a torch function in `handlers` runs `handlers[func](func, args, kwargs)`
+    instead (this mode off inside it); enter it only for a watched forward."""
 
     def __init__(self, handlers: dict[Callable, Callable]):
         super().__init__()
         self.handlers = handlers
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # a Python call per torch call
         kwargs = kwargs or {}
         handler = self.handlers.get(func)
         return func(*args, **kwargs) if handler is None else handler(func, args, kwargs)
 
 
 def without_dropout(rates: list[float]) -> Intercept:
-    """A mode in which every dropout (the functions above, and scaled_dot_product_attention's dropout_p) keeps
-    every unit: train mode then differs from eval mode only by what is not dropout. The rate each call would
-    have dropped at is appended to `rates`."""
+    """A mode in which every dropout (DROPOUTS, scaled_dot_product_attention's dropout_p) keeps every unit;
+    each call's rate is appended to `rates`."""
 
+    # train mode then differs from eval mode only by what is not dropout
     def identity(func, args, kwargs):
-        if argument(args, kwargs, 2, "training", argument(args, kwargs, 2, "train", True)):
-            rates.append(float(argument(args, kwargs, 1, "p", 0.5)))
+        if call_argument(args, kwargs, 2, "training", call_argument(args, kwargs, 2, "train", True)):
+            rates.append(float(call_argument(args, kwargs, 1, "p", 0.5)))
         return args[0] if args else kwargs["input"]
 
     def attention(func, args, kwargs):

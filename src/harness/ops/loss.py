@@ -1,15 +1,6 @@
-"""The loss: one component, chosen by the `loss` config group (conf/loss/), that training, every preflight check,
-every probe and mode=eval take from one place (`loss_of(cfg)`), so the preflight checks the loss that trains.
-
-    cross_entropy    CrossEntropy: the masked mean of -log p(target) (the default; its mean is a twin, below)
-    label_smoothing  LabelSmoothing: a share `smoothing` of the target spread over every class
-    z_loss           ZLoss: plus `weight` x log-sum-exp², which keeps the logits' scale from drifting (PaLM)
-
-A fork's own loss subclasses `Loss` and says what it is at one position (`per_position`); the mean over the loss
-mask is the loss. The built-in losses compute in float32 whatever the logits' dtype (bf16 under mixed precision).
-In training the mean is a micro-batch's: harness.train.step_loss weighs it by its count of masked positions, so
-that every position of an optimizer step weighs the same, however many micro-batches and ranks share it. `nll` is the cross entropy alone, whatever the objective adds: what perplexity and bits per
-token are made of. Axes: b batch, time positions, vocab classes."""
+"""The loss, chosen by the `loss` config group: training, the checks, the probes and mode=eval take it from
+`loss_of(cfg)`. Loss (a fork subclasses it), CrossEntropy (the default; its mean a twin), LabelSmoothing,
+ZLoss. Axes: b batch, time positions, vocab classes."""
 
 from __future__ import annotations
 
@@ -39,7 +30,7 @@ class MaskedCrossEntropy(Twin):
         for i in range(logits.shape[0]):
             for t in range(logits.shape[1]):
                 if loss_mask[i, t]:
-                    terms.append(-torch.log_softmax(_widened(logits[i, t]), dim=0)[targets[i, t]])
+                    terms.append(-torch.log_softmax(_at_least_float32(logits[i, t]), dim=0)[targets[i, t]])
         return torch.stack(terms).mean()
 
     def vectorized(self, logits, targets, loss_mask):
@@ -56,18 +47,18 @@ class MaskedCrossEntropy(Twin):
         return logits, targets, loss_mask
 
 
-def _widened(logits: torch.Tensor) -> torch.Tensor:
+# bf16 logits' log-probabilities lose the small differences training lives on: every built-in loss widens them
+def _at_least_float32(logits: torch.Tensor) -> torch.Tensor:
     """`logits` in float32 where they are in a lower precision (bf16, fp16), else as they are (float64 stays)."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Float[b, time]: -log p(target) at every position, in float32 at least whatever the logits' dtype (bf16
-    logits' log-probabilities lose the small differences training lives on). A target outside the mask may be anything (-100, a pad id
-    past the vocabulary): it is never read."""
+    """Float[b, time]: -log p(target) at every position, in float32 at least whatever the logits' dtype; a
+    target outside the mask (-100, a pad id past the vocabulary) is never read."""
     safe = torch.where(loss_mask, targets, torch.zeros_like(targets))
     flat = F.cross_entropy(
-        rearrange(_widened(logits), "b time vocab -> (b time) vocab"),
+        rearrange(_at_least_float32(logits), "b time vocab -> (b time) vocab"),
         rearrange(safe, "b time -> (b time)"),
         reduction="none",
     )
@@ -75,14 +66,15 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.
 
 
 class Loss:
-    """The training objective over a Batch's masked positions: the mean of `per_position` over the loss mask.
-    `vectorize`: the harness's own twins run their loop versions when false (model.vectorize=false)."""
+    """The training objective over a Batch's masked positions: the mean of `per_position` over the loss mask
+    (docs/contracts.md, Loss). `vectorize`: false runs the harness's own twins' loops."""
 
     def __init__(self, vectorize: bool = True):
         self.vectorize = vectorize
 
     def nll(self, logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-        """Float[b, time]: -log p(target), the measure perplexity and bits are made of."""
+        """Float[b, time]: -log p(target) alone, whatever the objective adds: what perplexity and bits are
+        made of."""
         return cross_entropy(logits, targets, loss_mask)
 
     def per_position(
@@ -93,6 +85,7 @@ class Loss:
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
         """The loss: the mean of per_position over the masked positions (a scalar, float32 at least)."""
+        # in training a micro-batch's mean, which harness.train.step_loss weighs by its masked positions
         per_position = self.per_position(logits, targets, loss_mask)
         mask = loss_mask.to(torch.promote_types(per_position.dtype, torch.float32))
         return (per_position * mask).sum() / mask.sum()
@@ -110,8 +103,7 @@ class Loss:
 
 
 class CrossEntropy(Loss):
-    """The masked mean of -log p(target): every task's default. Its mean is the MaskedCrossEntropy twin, run by
-    its loop version where `vectorize` is false."""
+    """The masked mean of -log p(target), every task's default; its mean is the MaskedCrossEntropy twin."""
 
     def __init__(self, vectorize: bool = True):
         super().__init__(vectorize)
@@ -122,9 +114,8 @@ class CrossEntropy(Loss):
 
 
 class LabelSmoothing(Loss):
-    """Cross entropy against a target that keeps 1 - `smoothing` on the right class and spreads `smoothing` over
-    every class: (1 - s) * nll + s * (log-sum-exp - mean logit). At initialization it is ~ln(vocab), as the
-    cross entropy is; a memorized example's loss stays above 0 (its floor grows with s)."""
+    """Cross entropy against a target keeping 1 - `smoothing` on the right class and spreading `smoothing`
+    over every class: (1 - s) * nll + s * (log-sum-exp - mean logit)."""
 
     def __init__(self, smoothing: float = 0.1, vectorize: bool = True):
         super().__init__(vectorize)
@@ -135,14 +126,15 @@ class LabelSmoothing(Loss):
         self.smoothing = smoothing
 
     def per_position(self, logits, targets, loss_mask):
-        logits = _widened(logits)
+        logits = _at_least_float32(logits)
+        # ~ln(vocab) at init, as the cross entropy; a memorized example's loss stays above 0 (more with s)
         uniform = logits.logsumexp(dim=-1) - logits.mean(dim=-1)
         return (1 - self.smoothing) * self.nll(logits, targets, loss_mask) + self.smoothing * uniform
 
 
 class ZLoss(Loss):
-    """Cross entropy plus `weight` x log-sum-exp(logits)²: a small pull of the normalizer towards 0, which keeps the
-    logits from drifting to large values in long runs (PaLM's z-loss, weight 1e-4)."""
+    """Cross entropy plus `weight` x log-sum-exp(logits)²: a pull of the normalizer towards 0 that keeps the
+    logits from drifting large (PaLM's z-loss, weight 1e-4)."""
 
     def __init__(self, weight: float = 1e-4, vectorize: bool = True):
         super().__init__(vectorize)
@@ -152,7 +144,8 @@ class ZLoss(Loss):
 
     def per_position(self, logits, targets, loss_mask):
         return (
-            self.nll(logits, targets, loss_mask) + self.weight * _widened(logits).logsumexp(dim=-1).square()
+            self.nll(logits, targets, loss_mask)
+            + self.weight * _at_least_float32(logits).logsumexp(dim=-1).square()
         )
 
 
@@ -163,9 +156,8 @@ def own_reduction(loss) -> bool:
 
 
 def loss_of(cfg) -> Loss:
-    """The loss the config names (`loss`: a node with a `_target_`, conf/loss/), built with `vectorize` from
-    model.vectorize where its class takes that argument; CrossEntropy where the config names none (a check called
-    with a plain dict, or none)."""
+    """The loss the config's `loss` node names, with `vectorize` from model.vectorize where its class takes
+    it; CrossEntropy where the config names none (a plain dict, or none)."""
     from omegaconf import OmegaConf
 
     from harness.config.build import build, takes

@@ -1,10 +1,5 @@
-"""The Twin pattern (practice P5): every custom tensor transformation is written twice.
-
-`loop` indexes element by element and is obviously right: it is the specification. `vectorized` is
-the fast version the model runs. Calling a twin runs one or the other by its `vectorize` flag; the
-loop logs a warning the first time it runs, so a slow run never goes unnoticed. Every subclass is
-registered by being a subclass: `registered()` finds them all, and one test compares each pair.
-"""
+"""The Twin pattern (practice P5): each custom tensor transformation written as a plain loop (the spec) and
+vectorized (what runs); `registered()` finds every subclass, and one test compares each pair."""
 
 from __future__ import annotations
 
@@ -16,7 +11,9 @@ log = logging.getLogger(__name__)
 
 
 class Twin:
-    """Subclasses implement `loop`, `vectorized` and `example_inputs`; they need no registration."""
+    """An operation written twice: a subclass implements `loop` (index by index, obviously right),
+    `vectorized` and `example_inputs`. Calling it runs one by `vectorize`, warning once when the loop runs.
+    Subclassing registers it."""
 
     #: shapes the equivalence test and the `twins` check try, as keyword arguments of example_inputs
     test_shapes: tuple[dict, ...] = ()

@@ -1,10 +1,5 @@
-"""The probes of a run, built from the `probes` config node (conf/probes/default.yaml) by one loop: every
-entry with a `_target_`, a built-in probe or a fork's own (beside the built-ins or under `extra`), is built
-by Hydra the same way. harness.tasks.training knows only the node's own `_target_`, `from_config`.
-
-An entry's keys are its class's arguments, plus two the builder reads: `full` (also built in mode=full;
-default true) and `enabled` (false leaves it out; default true). A `Probe` runs inside the one ProbeSet
-callback; any other Lightning Callback runs as a callback of its own."""
+"""The probes of a run, built from the `probes` config node (`build_probes`; `from_config` is its `_target_`):
+every entry with a `_target_`, plus the builder's `full` and `enabled`; Probes share one ProbeSet."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from harness.config import build
 from harness.errors import ConfigError
 from harness.probes.probe import Probe, RunInfo
-from harness.probes.probeset import ProbeSet, undispatched
+from harness.probes.probeset import ProbeSet, undispatchable_overrides
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +31,7 @@ def from_config(run_dir: Path, data, overfit: bool, loss=None, **sections) -> li
 
 
 def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None) -> list[pl.Callback]:
-    """The probes `cfg` (the `probes` config node) turns on for this run: every Probe in one ProbeSet callback
-    (cheaper than one callback a probe), then the plain callbacks; [] when off. `data`: the set-up
-    datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit, which turns every probe on;
-    `loss`: the run's loss (harness.ops.loss; None: cross entropy)."""
+    """The probes the `probes` node `cfg` turns on: the Probes as one ProbeSet, then plain callbacks."""
     if not cfg.get("enabled", True):
         return []
     cfg = _with_aliases(cfg)
@@ -65,8 +57,7 @@ def _is_entry(name: str) -> bool:
 
 
 def _with_aliases(cfg: DictConfig) -> DictConfig:
-    """`cfg` with each value given under an old entry name (ALIASES; null: not given) moved to the new one,
-    with a one-line warning naming both."""
+    """`cfg` with each value under an old entry name (ALIASES) moved to the new one, with a warning."""
     given = {
         old: {k: v for k, v in (cfg.get(old) or {}).items() if v is not None} for old in ALIASES if old in cfg
     }
@@ -92,8 +83,7 @@ def _with_aliases(cfg: DictConfig) -> DictConfig:
 
 
 def _build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
-    """The callback the entry at `key` builds, or None where it is off (`enabled: false`, `full: false` in
-    mode=full, or the entry set to null). A mistake in it is a one-line ConfigError naming the key."""
+    """The callback the entry at `key` builds, or None where it is off; a mistake is a ConfigError naming it."""
     if node is None:
         return None
     if not isinstance(node, DictConfig) or "_target_" not in node:
@@ -112,7 +102,7 @@ def _build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
         raise ConfigError(f"{key}.{err.key}", err.value, err.fix) from None
     if not isinstance(probe, pl.Callback):
         raise ConfigError(key, node._target_, "is not a pytorch_lightning Callback; a probe must be one")
-    if isinstance(probe, Probe) and (refused := undispatched(probe)):
+    if isinstance(probe, Probe) and (refused := undispatchable_overrides(probe)):
         raise ConfigError(
             key,
             node._target_,

@@ -1,6 +1,5 @@
-"""A run's figures, drawn by the probes: p_correct.png, embeddings.png, grad_by_position.png (the sweep's
-are harness.report.plots, which owns the underflow marker both draw). matplotlib is imported only when a figure is
-made; figures are drawn on the Agg canvas directly (no pyplot: no global figure registry, no GUI backend)."""
+"""A run's figures, drawn by the probes: p_correct.png, embeddings.png, grad_by_position.png (a sweep's are
+harness.report.plots). matplotlib is imported only to draw, on the Agg canvas directly (no pyplot)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ from pathlib import Path
 from harness.report.plots import log_lines_with_zeros
 
 
-def figure(width: float = 6.0, height: float = 4.0):
-    """A matplotlib Figure on an Agg canvas, with fixed margins: a layout engine would measure every label
-    first, which costs more than the drawing (these are made at the end of every run)."""
+def agg_figure(width: float = 6.0, height: float = 4.0):
+    """A matplotlib Figure on an Agg canvas, with fixed margins (a layout engine costs more than the drawing)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -29,14 +27,15 @@ def to_rgb(fig):
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
-def save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Save `fig` as `path`, returned."""
     fig.savefig(path)
     return path
 
 
 def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
     """p(correct) per example over steps (one line each), and the mean entropy and top-1 mass beside it."""
-    fig = figure(10, 4)
+    fig = agg_figure(10, 4)
     left, right = fig.subplots(1, 2)
     steps = [h[0] for h in history]
     for i in range(len(history[0][1])):
@@ -55,7 +54,7 @@ def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
 
 def embedding_figure(coords: list[list[float]], labels: list[str], step: int, explained: list[float]):
     """The token embeddings projected on their first two principal components; tokens labelled when few."""
-    fig = figure(5, 5)
+    fig = agg_figure(5, 5)
     fig.subplots_adjust(left=0.17)
     ax = fig.subplots()
     xs, ys = [c[0] for c in coords], [c[1] for c in coords]
@@ -72,11 +71,8 @@ def embedding_figure(coords: list[list[float]], labels: list[str], step: int, ex
 
 
 def grad_by_position_figure(series: dict[str, list[float]]):
-    """‖∂L/∂e_t‖ against position t, log scale, one line per series (e.g. "init", "step 50", "final").
-
-    A norm that underflowed to exactly 0 has no place on a log axis: it is drawn as a marker on the axis
-    floor, labelled "0 (underflow)" (harness.report.plots.UNDERFLOW), rather than dropped."""
-    fig = figure(7, 4)
+    """‖∂L/∂e_t‖ against position t, log scale, a line per series; an underflow to 0 marked on the floor."""
+    fig = agg_figure(7, 4)
     ax = fig.subplots()
     log_lines_with_zeros(ax, series)
     ax.set(xlabel="position t", ylabel="‖∂L/∂e_t‖ (log)", title="gradient of the loss by input position")
@@ -84,5 +80,5 @@ def grad_by_position_figure(series: dict[str, list[float]]):
 
 
 def legend_labels(fig) -> list[str]:
-    """The legend entries of a figure's axes (what a reader of the plot is told)."""
+    """The legend entries of a figure's axes."""
     return [text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()]

@@ -1,7 +1,5 @@
-"""What every probe is: `Probe`, a Lightning callback with a period (`every`, `due(step)`), the run it is in
-(`RunInfo`) and the shared metric sink (sink.py), both handed over by the one ProbeSet callback it runs in
-(probeset.py). A built-in probe and a fork's own are the same kind of thing, configured the same way (a
-`_target_` entry of conf/probes/default.yaml, built by build.py)."""
+"""What every probe is: `Probe`, a callback with a period (`every`, `due`), bound by its ProbeSet to the run
+(`RunInfo`) and the metric sink; `checked_whole_number` checks an argument."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import pytorch_lightning as pl
 from harness.errors import ConfigError
 from harness.ops.loss import CrossEntropy, Loss
 from harness.probes.sink import MetricSink
-from harness.train.distributed.shard_sums import sharded
+from harness.train.distributed.shard_sums import any_sharded
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +22,9 @@ def due(step: int, every: int | None) -> bool:
     return every is not None and step % every == 0
 
 
-def whole(name: str, value, minimum: int, hint: str, optional: bool = False):
-    """`value` of the argument `name` if it is a whole number >= `minimum` (or None when `optional`), else a
-    ConfigError naming the argument (the builder prefixes the probe's config key)."""
+def checked_whole_number(name: str, value, minimum: int, hint: str, optional: bool = False):
+    """`value` if a whole number >= `minimum` (or None, `optional`), else a ConfigError naming argument
+    `name`."""
     if optional and value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -35,9 +33,8 @@ def whole(name: str, value, minimum: int, hint: str, optional: bool = False):
 
 
 def off_when_sharded(trainer, pl_module, what: str, why: str) -> bool:
-    """Whether the model is sharded (trainer=fsdp), where `what` cannot be had cheaply: then it is off, and rank 0
-    says so once, with `why`, rather than logging a figure of one rank's slice."""
-    if not sharded(pl_module.parameters()):
+    """Whether the model is sharded, where `what` is off: rank 0 says so once, with `why`."""
+    if not any_sharded(pl_module.parameters()):
         return False
     if trainer.is_global_zero:
         log.info("%s off under sharding: %s", what, why)
@@ -46,10 +43,7 @@ def off_when_sharded(trainer, pl_module, what: str, why: str) -> bool:
 
 @dataclass
 class RunInfo:
-    """What a probe may know of the run it watches. `run_dir`: where its files go (None: write none);
-    `data`: the set-up datamodule (tokenizer, train_dataset, val_dataset); `overfit`: mode=overfit (a
-    handful of examples, re-seeded every step); `plots`: draw the PNGs into `run_dir` at the end; `loss`: the run's
-    loss (harness.ops.loss), what every probe measures a loss with."""
+    """What a probe may know of its run: `run_dir` (None: write nothing), `data`, `overfit`, `plots`, `loss`."""
 
     run_dir: Path | None = None
     data: object = None
@@ -58,26 +52,20 @@ class RunInfo:
     loss: Loss = field(default_factory=CrossEntropy)
 
     def file(self, name: str, plot: bool = False) -> Path | None:
-        """`run_dir / name`, or None where nothing is to be written there (no run dir; a plot with plots off)."""
+        """`run_dir / name`, or None where nothing is to be written (no run dir; a plot with plots off)."""
         if self.run_dir is None or (plot and not self.plots):
             return None
         return Path(self.run_dir) / name
 
 
 class Probe(pl.Callback):
-    """A probe: a Lightning callback that works every `every` steps (None: never), and on no other step
-    touches a tensor (no host sync). It defines the Lightning hooks it needs; the ProbeSet it runs in calls
-    each of them, in the order of the config, as one callback (see probeset.py), then hands the step's
-    scalars to the loggers as one row. Inside a ProbeSet (train.py builds one; a Trainer of your own takes
-    `ProbeSet([probe, ...])`):
-
-        self.sink.add(step, {"name": float})   # the step's scalars, plain floats: one row, every logger
-        self.run                               # RunInfo: run_dir, data, overfit, plots
-
-    `pl_module.log` works as well, from any hook. What belongs in verdict.json comes from `verdict_items()`."""
+    """A probe: a Lightning callback working every `every` steps (None: never), touching no tensor on other
+    steps, run inside a ProbeSet. It logs with `self.sink.add(step, {name: float})`, reports with
+    `self.sink.report(Symptom(...))`, reads `self.run` (RunInfo), and adds to verdict.json via
+    `verdict_items()`."""
 
     def __init__(self, every: int | None = 1):
-        self.every = whole("every", every, 1, "steps between two logs (try 10)", optional=True)
+        self.every = checked_whole_number("every", every, 1, "steps between two logs (try 10)", optional=True)
         self.run = RunInfo()
         self._sink: MetricSink | None = None
 
@@ -99,5 +87,5 @@ class Probe(pl.Callback):
         return due(step, self.every)
 
     def verdict_items(self) -> dict:
-        """What this probe adds to verdict.json (merged into it by harness.tasks.training at the end of the run)."""
+        """What this probe adds to verdict.json, merged in at the end of the run."""
         return {}

@@ -1,14 +1,5 @@
-"""All probes as one Lightning callback.
-
-Lightning calls every hook of every callback on every step, each call inside a profiler context and with
-the callback's state key built: about 20 µs a callback a hook on a small CPU. Ten probes as ten callbacks
-cost more than a millisecond a step that way, most of what the probes themselves cost on a tiny model. As
-one callback, each hook is dispatched once, to the probes that define it, in order (the sink last).
-
-Every Lightning hook called with (trainer, pl_module, ...) is dispatched, whichever a probe defines. A
-method of Callback that is not such a hook (`state_dict`, `load_state_dict`: a callback's own checkpoint
-state) cannot be shared by several probes, so a probe that overrides one is refused by name: no probe
-method is ever silently left uncalled."""
+"""All probes as one Lightning callback, `ProbeSet`: each hook dispatched once to the probes defining it, the
+sink last; a probe overriding a non-hook method (`state_dict`) is refused by name."""
 
 from __future__ import annotations
 
@@ -31,16 +22,16 @@ def hooks() -> tuple[str, ...]:
 
 
 def overrides(callback: pl.Callback, name: str) -> bool:
-    """Whether `callback` has its own `name`, rather than pl.Callback's: from its class, or set on the instance
-    (as a ProbeSet sets its hooks: one may hold another)."""
+    """Whether `callback` has its own `name` (from its class or set on the instance) rather than
+    pl.Callback's."""
     own = name in vars(callback)
     return own or inspect.getattr_static(type(callback), name) is not inspect.getattr_static(
         pl.Callback, name
     )
 
 
-def undispatched(callback: pl.Callback) -> list[str]:
-    """The public members of pl.Callback that `callback` overrides and a ProbeSet cannot call for it."""
+def undispatchable_overrides(callback: pl.Callback) -> list[str]:
+    """The public pl.Callback members `callback` overrides that a ProbeSet cannot call for it."""
     dispatched = set(hooks())
     return [
         name
@@ -60,13 +51,14 @@ class Dispatch:
             call(*args, **kwargs)
 
 
+# Lightning calls every hook of every callback each step (~20 µs a callback a hook): ten probes as one callback
+# save most of what the probes cost a tiny model
 class ProbeSet(pl.Callback):
-    """Runs `probes` (Probe subclasses, or plain callbacks) as one callback, the sink that logs their
-    scalars last. Each Probe is bound to that sink and to `run` (what it may know of the run)."""
+    """Runs `probes` as one callback, the sink last; each Probe bound to that sink and to `run`."""
 
     def __init__(self, probes: list[pl.Callback], run: RunInfo | None = None):
         for probe in probes:
-            if refused := undispatched(probe):
+            if refused := undispatchable_overrides(probe):
                 raise TypeError(
                     f"{type(probe).__name__} overrides {', '.join(refused)}, which a ProbeSet does not call "
                     f"(it runs every probe as one callback): make {type(probe).__name__} a plain "
@@ -83,7 +75,7 @@ class ProbeSet(pl.Callback):
                 setattr(self, hook, calls[0] if len(calls) == 1 else Dispatch(calls))
 
     def verdict_items(self) -> dict:
-        """Every probe's verdict items (dead_params, grad_by_position, reach_*, inputs_identical), merged."""
+        """Every probe's verdict items, merged."""
         items: dict = {}
         for probe in self.probes:
             items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})

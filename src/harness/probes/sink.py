@@ -1,6 +1,5 @@
-"""The metric sink: the scalars the probes compute during a step, handed to every logger as one row; the
-symptoms they report (harness.report.symptoms), kept once per name and place; every row read by its listeners
-(the symptom detectors)."""
+"""The metric sink, `MetricSink`: a step's probe scalars handed to every logger as one row, the symptoms the
+probes report kept once per name and place, and every row read by its listeners (the symptom detectors)."""
 
 from __future__ import annotations
 
@@ -17,16 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class MetricSink(pl.Callback):
-    """Gathers the scalars the probes compute during a step and hands them to the loggers as one row; keeps the
-    symptoms the probes report.
-
-    One `log_metrics` call per logger per step keeps metrics.csv to one probe row a step (instead of one a
-    probe) and costs a few microseconds; `LightningModule.log` would cost tens per key. The ProbeSet owns it
-    and runs it after the probes: it flushes at the end of each batch and of training.
-
-    A reader of the probes' stream (the symptom detectors) subscribes with `listen(callback)`: at each flush it
-    is called as callback(step, row) with the step's whole row, before the loggers get it, and may `add` to it
-    or `report` a symptom."""
+    """A step's probe scalars to the loggers as one row, flushed at each batch's end; the symptoms kept."""
 
     def __init__(self):
         self.pending: dict[int, dict[str, float]] = {}
@@ -35,17 +25,16 @@ class MetricSink(pl.Callback):
         self.seen: set[tuple[str, str]] = set()
 
     def add(self, step: int, metrics: dict[str, float]) -> None:
-        """Queue `metrics` (plain floats, already on the host) for `step`."""
+        """Queue `metrics` (plain floats, on the host) for `step`."""
         self.pending.setdefault(step, {}).update(metrics)
 
     def listen(self, callback) -> None:
-        """Call `callback(step, row)` with every row, at the flush that logs it."""
+        """Call `callback(step, row)` with every row at the flush that logs it, before the loggers get it."""
         self.listeners.append(callback)
 
     def report(self, symptom: Symptom, now: int | None = None) -> bool:
-        """Record `symptom` unless the same name was already reported for the same `where`: a warning on the
-        console and `symptoms/<name>` (how many so far) through every logger, at step `now` (default: the
-        symptom's own; a step already logged may be past for a tracker). Whether it was new."""
+        """Record `symptom` once per name and `where`: a warning and `symptoms/<name>` at step `now`; whether
+        new."""
         if (symptom.name, symptom.where) in self.seen:
             return False
         self.seen.add((symptom.name, symptom.where))
@@ -56,7 +45,7 @@ class MetricSink(pl.Callback):
         return True
 
     def flush(self, trainer: pl.Trainer) -> None:
-        """Log what is queued, on global rank 0 only."""
+        """Hand what is queued to the listeners, then to the loggers on global rank 0."""
         if self.pending and self.listeners:
             for step in sorted(self.pending):
                 for listener in self.listeners:
@@ -78,8 +67,7 @@ class MetricSink(pl.Callback):
         self.table(trainer)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        """A run stopped by a non-finite value: that is a symptom too; what is queued still reaches the loggers
-        (Lightning finishes them after this hook)."""
+        """A non-finite stop is a symptom too; what is queued still reaches the loggers."""
         if isinstance(exception, NonFinite):
             self.report(nonfinite(exception))
         self.flush(trainer)

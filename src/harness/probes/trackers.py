@@ -1,6 +1,5 @@
-"""Where probe output goes besides the metric sink's rows (sink.py): histograms, figures and tables to the trackers
-that can show them (TensorBoard, wandb), scalars in one TensorBoard event, and a probe's own randomness. Nothing
-here imports wandb or matplotlib unless that logger is active or a figure is made."""
+"""Where probe output goes besides the sink's rows: histograms, images and tables to the trackers that show
+them (TensorBoard, wandb), scalars as one TensorBoard event, and `own_randomness` for a probe's forward."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ WANDB_STEP = "trainer/global_step"
 
 @contextlib.contextmanager
 def own_randomness(device: torch.device, seed: int = 0):
-    """Run a probe's forward pass on its own seeded random stream and give training its stream back
-    untouched, so that probing never changes what a (re-seeded) training step draws."""
+    """Run a probe's forward on its own seeded random stream, leaving training's stream untouched."""
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -42,10 +40,7 @@ def has_tracker(trainer: pl.Trainer) -> bool:
 
 
 def log_scalars(writer, metrics: dict[str, float], step: int) -> None:
-    """`metrics` to TensorBoard as one event holding every value. Lightning's logger writes an event a scalar,
-    each through add_scalar's conversions and its own record (TensorBoard checksums every record in pure
-    Python): ~56 µs a scalar, 5.6 ms for a step's ~100 probe scalars, more than a step of the tiny model; one
-    event takes ~0.5 ms. TensorBoard reads the values as scalars all the same."""
+    """`metrics` to TensorBoard as one event holding every value (one event a scalar costs ~10x more)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     values = [Summary.Value(tag=tag, simple_value=value) for tag, value in metrics.items()]
@@ -53,8 +48,7 @@ def log_scalars(writer, metrics: dict[str, float], step: int) -> None:
 
 
 def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) -> None:
-    """`histograms`: tag -> {min, max, num, sum, sum_squares, edges (bins + 1), counts (bins)}, computed on the
-    device already: TensorBoard gets them raw (no second pass over the tensor), wandb as np_histogram."""
+    """`histograms` (tag -> min, max, num, sums, edges, counts) to TensorBoard in one event, and to wandb."""
     writer, run = tensorboard(trainer), wandb_run(trainer)
     if writer is not None:  # one event for all of them, as log_scalars does: 8.5 ms for 108, not 23
         from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
@@ -90,7 +84,7 @@ def log_histograms(trainer: pl.Trainer, histograms: dict[str, dict], step: int) 
 
 
 def log_image(trainer: pl.Trainer, tag: str, image, step: int) -> None:
-    """`image`: uint8 array [height, width, rgb] (see figures.to_rgb)."""
+    """`image` (uint8 [height, width, rgb], figures.to_rgb) to TensorBoard and wandb."""
     writer, run = tensorboard(trainer), wandb_run(trainer)
     if writer is not None:
         writer.add_image(tag, image, global_step=step, dataformats="HWC")
@@ -101,7 +95,7 @@ def log_image(trainer: pl.Trainer, tag: str, image, step: int) -> None:
 
 
 def _markdown_cell(value) -> str:
-    """Code-formatted, so spaces and the visible control characters survive markdown; '|' escaped."""
+    """Code-formatted, so spaces and control pictures survive markdown; '|' escaped."""
     return "" if value is None else "`" + str(value).replace("|", "\\|").replace("`", "'") + "`"
 
 

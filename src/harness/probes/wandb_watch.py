@@ -1,7 +1,5 @@
-"""`probes.wandb_watch=true`: wandb's own `wandb.watch(model, log="all", log_freq=10)`, for those who want it.
-
-It syncs the host once per tensor per logged step (see bench/probes.py for what that costs); the harness's own
-probes give the same per-layer picture through any logger, cheaper."""
+"""`probes.wandb_watch=true`: wandb's own `wandb.watch(model, log="all", log_freq=10)`, `WandbWatch`. It syncs
+the host once per tensor per logged step; the harness's probes give the same picture cheaper."""
 
 from __future__ import annotations
 
@@ -9,17 +7,18 @@ import logging
 
 from pytorch_lightning.loggers import WandbLogger
 
-from harness.probes.probe import Probe, off_when_sharded, whole
+from harness.probes.probe import Probe, checked_whole_number, off_when_sharded
 
 log = logging.getLogger(__name__)
 
 
 class WandbWatch(Probe):
-    """Calls wandb.watch(model, log=`log`, log_freq=`every`) at the start of fit when the wandb logger is
-    active (else warns)."""
+    """Calls wandb.watch(model, log=`log`, log_freq=`every`) at fit start where wandb logs (else warns)."""
 
     def __init__(self, every: int = 10, log: str = "all"):
-        super().__init__(whole("every", every, 1, "wandb.watch's log_freq, steps between two logs (try 10)"))
+        super().__init__(
+            checked_whole_number("every", every, 1, "wandb.watch's log_freq, steps between two logs (try 10)")
+        )
         self.log = log
         self.watched = None
 

@@ -1,18 +1,18 @@
-"""The records a run and a sweep leave, and their one reader.
+"""The records a run and a sweep leave, and their readers.
 
-    verdict.py           verdict.json: the Verdict, its one reader (`verdict_in`) and the exit code of each status
-    symptoms.py          the symptoms' record: names, places, suggestions, and how they judge a run
-    summary.py           the sweep summary (summary.md, summary.csv, plots)
-    plots.py             the figures of a run and a sweep
-    run_page.py          a run's page, report.html: the verdict, the preflight, symptoms, curves, datapoints, config
-    sweep_page.py        a sweep's page, report.html: the summary table linked to each job's page, the plots
-    run_files.py         a run dir's files read back, whatever is damaged: .hydra/ YAML, metrics.csv, the defaults
-    html.py              the pages' pieces: one self-contained file, its tables, style and script
-    charts.py            the pages' charts, without matplotlib: lines as inline SVG, heat maps as an inline PNG
-    command.py           `python -m harness.report <run dir | sweep dir>` rebuilds a run's page or a sweep's summary
-    optimized_metric.py  the number a hyperparameter search optimizes, and the sweeper's rules
+    verdict.py           verdict.json, its reader, the exit codes
+    symptoms.py          the Symptom record and the SYMPTOM rule
+    summary.py           the sweep summary; SweepSummary
+    plots.py             the sweep's figures
+    run_page.py          a run's report.html
+    sweep_page.py        a sweep's report.html
+    run_files.py         a run dir's files read back
+    html.py              the pages' pieces
+    charts.py            the pages' charts, without matplotlib
+    command.py           `python -m harness.report DIR`
+    optimized_metric.py  the number a search optimizes
 
-`harness.report.SweepSummary` is the Hydra callback conf/train.yaml names; it is imported when first asked for."""
+`SweepSummary` is imported when first asked for."""
 
 from __future__ import annotations
 

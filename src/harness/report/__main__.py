@@ -1,5 +1,4 @@
-"""python -m harness.report DIR: rebuild a run's page or a sweep's summary and page (harness.report.command). A
-signal ends it in one line, as train.py (harness.signals.run_guarded)."""
+"""python -m harness.report DIR: harness.report.command, a signal ending it in one line."""
 
 import sys
 

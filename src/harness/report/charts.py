@@ -1,8 +1,6 @@
-"""The charts of a report page, drawn here without matplotlib (a page costs milliseconds at a run's end):
-
-line_chart(chart, series, marks, levels)   curves over steps or positions, log or linear, marks at steps
-heat_map(title, names, steps, rows)        one row a layer, one column a step: a PNG written here
-png(pixels)                                the PNG format's own few bytes, no imaging library"""
+"""A report page's charts without matplotlib (a page costs milliseconds): `line_chart` (inline SVG of Series,
+Marks and Levels on a log or linear axis), `heat_map` (one row a layer, one column a step) and `png` (an RGB PNG
+written byte by byte)."""
 
 from __future__ import annotations
 
@@ -59,8 +57,7 @@ class Chart:
 
 
 def thinned(points: list[tuple[float, float]], buckets: int = BUCKETS) -> list[tuple[float, float]]:
-    """At most 2 * `buckets` + 2 points, in x order: the first and last, and each bucket of x its lowest and
-    highest."""
+    """At most 2 * `buckets` + 2 points in x order: the first, the last, and each x bucket's lowest and highest."""
     if len(points) <= 2 * buckets:
         return points
     lo, hi = points[0][0], points[-1][0]
@@ -93,7 +90,7 @@ def ticks(lo: float, hi: float, log: bool) -> list[float]:
 
 @dataclass
 class Frame:
-    """Where a chart's values land: the plotting area inside the margins, the axes' ranges (log10 on a log axis)."""
+    """Where a chart's values land: the plotting area inside the margins and the axes' ranges (log10 on a log axis)."""
 
     chart: Chart
     x_lo: float
@@ -117,13 +114,13 @@ class Frame:
         return top + (1 - (y - self.y_lo) / (self.y_hi - self.y_lo)) * h
 
 
-def finite(y) -> bool:
+def is_finite_number(y) -> bool:
     return isinstance(y, (int, float)) and math.isfinite(y)
 
 
 def _on_axis(y, log: bool) -> bool:
     """Whether `y` can be drawn on the axis: a finite number, above 0 on a log axis."""
-    return finite(y) and (y > 0 or not log)
+    return is_finite_number(y) and (y > 0 or not log)
 
 
 def _framed(chart: Chart, xs: list[float], ys: list[float]) -> Frame:
@@ -165,7 +162,7 @@ def curve(f: Frame, s: Series, color: str) -> str:
     return line
 
 
-def across(f: Frame, level: Level) -> str:
+def level_line(f: Frame, level: Level) -> str:
     left, _, w, _ = f.box
     y = f.py(level.y)
     return (
@@ -174,7 +171,7 @@ def across(f: Frame, level: Level) -> str:
     )
 
 
-def _upright(f: Frame, mark: Mark) -> str:
+def _mark_line(f: Frame, mark: Mark) -> str:
     _, top, _, h = f.box
     x = f.px(mark.x)
     return (
@@ -184,7 +181,7 @@ def _upright(f: Frame, mark: Mark) -> str:
     )
 
 
-def _floored(f: Frame, points: list[tuple[float, float]], color: str) -> str:
+def _floor_markers(f: Frame, points: list[tuple[float, float]], color: str) -> str:
     """Values a log axis cannot show (exactly 0, an underflow: often the finding) as ▼ on the plot's floor."""
     _, top, _, h = f.box
     marks = "".join(
@@ -196,12 +193,14 @@ def _floored(f: Frame, points: list[tuple[float, float]], color: str) -> str:
 
 
 def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), levels: list[Level] = ()) -> str:
-    """An inline SVG of `series` with `marks` and `levels`. On a log axis a value of 0 or below is a ▼ on the
-    floor; where nothing is above 0 the axis is linear."""
-    if chart.log_y and not any(finite(y) and y > 0 for s in series for _, y in s.points):
+    """An inline SVG of `series` with `marks` and `levels`. On a log axis a value <= 0 is a ▼ on the floor; where
+    nothing is above 0 the axis is linear."""
+    if chart.log_y and not any(is_finite_number(y) and y > 0 for s in series for _, y in s.points):
         chart = replace(chart, log_y=False)
     shown = [(s, sorted((x, y) for x, y in s.points if _on_axis(y, chart.log_y))) for s in series]
-    floors = [sorted((x, y) for x, y in s.points if chart.log_y and finite(y) and y <= 0) for s in series]
+    floors = [
+        sorted((x, y) for x, y in s.points if chart.log_y and is_finite_number(y) and y <= 0) for s in series
+    ]
     kept = [i for i, (_, points) in enumerate(shown) if points or floors[i]]
     if not kept:
         return missing(f"{chart.title}: nothing recorded")
@@ -213,8 +212,8 @@ def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), level
     for i in kept:
         s, points = shown[i]
         parts += [curve(f, Series(s.name, thinned(points), s.dashed), colors[i])] if points else []
-        parts += [_floored(f, floors[i], colors[i])] if floors[i] else []
-    parts += [across(f, level) for level in levels] + [_upright(f, mark) for mark in marks]
+        parts += [_floor_markers(f, floors[i], colors[i])] if floors[i] else []
+    parts += [level_line(f, level) for level in levels] + [_mark_line(f, mark) for mark in marks]
     legend = " ".join(
         f'<span style="color:{colors[i]}">{"┅" if shown[i][0].dashed else "━"} {escape(shown[i][0].name)}'
         + (f" ({len(floors[i])} at 0 or below: ▼)" if floors[i] else "")
@@ -234,7 +233,8 @@ STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 3
 NO_VALUE = (234, 238, 242)
 
 
-def color(t: float) -> tuple[int, int, int]:
+def viridis(t: float) -> tuple[int, int, int]:
+    """The heat maps' color of `t` in [0, 1]."""
     t = min(max(t, 0.0), 1.0) * (len(STOPS) - 1)
     i = min(int(t), len(STOPS) - 2)
     f = t - i
@@ -259,8 +259,8 @@ def png(pixels: list[list[tuple[int, int, int]]]) -> bytes:
 
 
 def heat_map(title: str, names: list[str], steps: list[int], rows: list[list[float | None]]) -> str:
-    """One row a name, one column a step (at most BUCKETS columns: a bucket shows its largest value), the color
-    the value's log10 between the smallest and largest positive value shown; zero or none is grey."""
+    """A heat map of `rows` (one a name) by `steps`, colored by log10 of the value, at most BUCKETS columns (each
+    its largest value); zero or none is grey."""
     if not names or not steps:
         return missing(f"{title}: nothing recorded")
     columns = min(len(steps), BUCKETS)
@@ -277,7 +277,7 @@ def heat_map(title: str, names: list[str], steps: list[int], rows: list[list[flo
         return missing(f"{title}: every value zero or not recorded")
     lo, hi = min(shown), max(shown)
     scale = (hi - lo) or 1.0
-    pixels = [[NO_VALUE if v is None else color((v - lo) / scale) for v in row] for row in cells]
+    pixels = [[NO_VALUE if v is None else viridis((v - lo) / scale) for v in row] for row in cells]
     names_html = "".join(f'<li title="{escape(n)}">{escape(n)}</li>' for n in names)
     legend = (
         f"steps {steps[0]} to {steps[-1]} left to right; color: log10 of the value from {lo:.2f} "

@@ -1,10 +1,6 @@
-"""python -m harness.report DIR: rebuild what a run or a sweep leaves for a person to read.
-
-    python -m harness.report outputs/runs/<date>/<time>         # a run's page, report.html
-    python -m harness.report outputs/multirun/<date>/<time>     # a sweep's summary.md/.csv, plots and report.html
-
-A run dir holds verdict.json or .hydra/; a sweep dir holds job dirs. A run dir whose files are damaged still gets its
-page, which says what is missing; a folder that is neither is one line, exit 2."""
+"""`python -m harness.report DIR` (`main`): a run dir's report.html, or a sweep dir's summary, plots and page,
+rebuilt. A run dir holds verdict.json or .hydra/, a sweep dir job dirs; a folder that is neither is one line,
+exit 2."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ def _is_run(folder: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """Rebuild the page of a run dir, or the summary and page of a sweep dir; exit 2 on a path that is neither, 1
-    where it cannot be written."""
+    """The command; returns the exit code (2: not a run or sweep dir, 1: it cannot be written)."""
     if len(argv) != 1 or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2
@@ -39,6 +34,7 @@ def main(argv: list[str]) -> int:
 
 
 def rebuilt(folder: Path) -> int:
+    """Rebuild `folder`'s page, or its summary and page; the exit code."""
     from harness.report.run_page import write_run_page
     from harness.report.summary import collect, write_summary
 

@@ -1,10 +1,6 @@
-"""The pieces of a report page (harness.report.run_page, harness.report.sweep_page): one self-contained HTML file,
-its style and script inline, every figure inline SVG or a PNG in a data: URL (the charts: harness.report.charts).
-Nothing is fetched: the page opens from disk, mailed, attached to a pull request or copied off a cluster.
-
-    page(title, status, sections)    the whole document
-    table(columns, rows)             a table whose headers sort it
-    image(path), data_url(png)       a PNG inside the page"""
+"""The pieces of a report page, one self-contained HTML file that fetches nothing: `page` (the document, style and
+script inline), `section`, `table` (sorted by its headers), `badge`, `missing`, `number`, `image` and `data_url`
+(a PNG inside the page)."""
 
 from __future__ import annotations
 
@@ -89,7 +85,7 @@ def section(ident: str, title: str, body: str) -> str:
 
 
 def missing(what: str) -> str:
-    """What a page says where a part of the run is not there to show."""
+    """The note a page shows where a part of the run is not there."""
     return f'<p class="missing">{escape(what)}</p>'
 
 
@@ -112,8 +108,8 @@ def sort_key(value: int | float) -> str:
 
 
 def table(columns: list[str], rows: list[list], ident: str = "", row_status: list[str] | None = None) -> str:
-    """A sortable table; each cell is text (escaped), ("html", markup[, sort key]) or a number (right-aligned). Each row
-    carries data-status where `row_status` gives one (tests and the reader's eye find the failures)."""
+    """A sortable table; a cell is text (escaped), ("html", markup[, sort key]) or a number (right-aligned). A row
+    carries data-status where `row_status` gives one."""
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = []
     for i, row in enumerate(rows):

@@ -1,9 +1,6 @@
-"""What a hyperparameter search optimizes: the number a finished job hands back to the sweeper.
-
-`optimized_metric` (conf/train.yaml) names it: a number of verdict.json (`val_loss`, `final_loss`, `accuracy`, ...)
-or a column of metrics.csv (`val/loss`: its last value). harness.tasks.job returns it, so a sweeper that optimizes
-(hydra/sweeper=optuna, conf/experiment/search.yaml) reads it from each job. A job that has no such number (it
-stopped early, or the value is NaN) returns None, which Optuna records as a failed trial and goes on."""
+"""The number a hyperparameter search optimizes (`optimized_metric`: a verdict.json number or a metrics.csv
+column's last value): its checks (`check_metric`, `check_sweeper`) and its value for a job (`metric_value`: None
+where there is none, a trial Optuna records as failed)."""
 
 from __future__ import annotations
 
@@ -41,8 +38,8 @@ SEARCH = "hydra_plugins.harness_search.OptunaSearch"
 
 
 def check_metric(name, mode: str | None = None) -> None:
-    """`optimized_metric` is null, a number of verdict.json that `mode` sets, or a metrics.csv column (a name with a
-    /; under train/ or val/, one the harness logs)."""
+    """Refuse an `optimized_metric` that is not null, a verdict.json number `mode` sets, or a metrics.csv column
+    (a name with a /; under train/ or val/, one the harness logs)."""
     if name is None:
         return
     numbers = MODE_NUMBERS.get(mode, VERDICT_NUMBERS)
@@ -67,7 +64,7 @@ def check_metric(name, mode: str | None = None) -> None:
 
 
 def check_sweeper(cfg, sweeper, multirun: bool) -> None:
-    """An optimizing sweeper (Optuna) gets a number from every job: `optimized_metric` must name one."""
+    """Refuse an optimizing sweeper (Optuna) without an `optimized_metric`."""
     if multirun and searches(sweeper) and not cfg.get("optimized_metric"):
         raise ConfigError(
             "optimized_metric",
@@ -78,13 +75,13 @@ def check_sweeper(cfg, sweeper, multirun: bool) -> None:
 
 
 def searches(sweeper) -> bool:
-    """Whether `sweeper` (the composed hydra.sweeper node) optimizes a number: Optuna's, or harness's in its place."""
+    """Whether the hydra.sweeper node optimizes a number (Optuna's, or harness's in its place)."""
     target = str(sweeper.get("_target_", ""))
     return "optuna" in target.lower() or target == SEARCH
 
 
 def search_class(sweeper, multirun: bool) -> list[str]:
-    """The override that runs an Optuna sweep under harness's class (hydra_plugins.harness_search); none otherwise."""
+    """The override that runs an Optuna sweep under hydra_plugins.harness_search's class; [] otherwise."""
     target = str(sweeper.get("_target_", ""))
     return [f"hydra.sweeper._target_={SEARCH}"] if multirun and searches(sweeper) and target != SEARCH else []
 

@@ -1,10 +1,8 @@
-"""The sweep's plots (harness.report.summary): gradient norm by position, gradient reach by length, loss curves.
+"""The sweep's figures (`grad_by_position`, `reach_by_length`, `loss_curves`) and `log_lines_with_zeros`, which
+draws an exact zero on a log axis as ▼ on the floor, labelled UNDERFLOW (a run's figures use it too)."""
 
-matplotlib is used through `Figure` objects and the Agg canvas only: no pyplot, so no global figure registry
-and no GUI backend, whatever the process has configured. Log scales cannot show zero, and a gradient that
-underflowed to exactly zero is the finding, not a gap: zeros are drawn on a dotted line at the axis floor,
-labelled "0 (underflow)", with a ▼ marker: this module owns that marker (UNDERFLOW, log_lines_with_zeros), and
-a run's own figures (harness.probes.figures) draw it through here."""
+# matplotlib through Figure objects and the Agg canvas only: no pyplot, no global figure registry, no GUI backend.
+# A gradient that underflowed to exactly zero is the finding, not a gap: a log axis gets it drawn on its floor.
 
 from __future__ import annotations
 
@@ -70,9 +68,8 @@ def _mark_floor(ax, floor: float, any_zero: bool) -> None:
 
 
 def _plot_with_zeros(ax, xs: list, ys: list, floor: float, **style) -> bool:
-    """Draw ys against xs on a log y axis, an exact zero at `floor`: the line dives to the floor and runs along
-    it, with a ▼ on it (at most a dozen, evenly spaced, when many positions underflowed). Missing values (None,
-    nan) are gaps. Returns whether any zero was drawn."""
+    """Draw ys against xs on a log y axis, an exact zero at `floor` with a ▼ (at most a dozen), None or nan as gaps.
+    Returns whether any zero was drawn."""
     shown = [floor if y == 0 else y if y is not None and math.isfinite(y) and y > 0 else math.nan for y in ys]
     ax.plot(xs, shown, **style)
     zeros = [x for x, y in zip(xs, ys, strict=True) if y == 0]
@@ -117,9 +114,7 @@ def _legend(ax, any_zero: bool) -> None:
 
 
 def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
-    """One line a series against its index on a log y axis, exact zeros on the floor with the ▼ marker and
-    UNDERFLOW in the legend, as the sweep's plots draw them: a run's own grad_by_position.png
-    (harness.probes.figures) is drawn through this."""
+    """One line a series against its index on a log y axis, exact zeros on the floor (▼, UNDERFLOW in the legend)."""
     floor = _floor(v for values in series.values() for v in values)
     any_zero = False
     for i, (name, values) in enumerate(series.items()):
@@ -132,8 +127,8 @@ def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
 
 
 def grad_by_position(jobs, path: Path) -> Path:
-    """‖∂L/∂e_t‖ against position t, log scale: one panel per model, one color per length (or whatever else
-    varies), solid at initialization, dashed after training."""
+    """Write `path`: ‖∂L/∂e_t‖ by position, log scale, a panel a model, a color a length (or what else varies),
+    solid at init, dashed trained."""
     models, varying = _models(jobs), _varying(jobs)
     colors = _colors(_label(job, varying) for job in jobs)
     fig, axes = _figure(len(models))
@@ -170,8 +165,8 @@ def grad_by_position(jobs, path: Path) -> Path:
 
 
 def reach_by_length(jobs, path: Path) -> Path:
-    """Gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖ against sequence length, log scale, one line per model
-    (solid: init, dashed: trained); 1 means no decay over the sequence, 0 an underflow."""
+    """Write `path`: gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖ by sequence length, log scale, a line a model (solid:
+    init, dashed: trained)."""
     fig, (ax,) = _figure(1, width=5.6, height=4.0)
     models = _models(jobs)
     colors = _colors(models)
@@ -214,8 +209,7 @@ def reach_by_length(jobs, path: Path) -> Path:
 
 
 def loss_curves(jobs, path: Path) -> Path:
-    """Training loss against step (metrics.csv), log scale: one panel per model, one line per job, validation
-    loss as dots of the same color."""
+    """Write `path`: training loss by step, log scale, a panel a model, a line a job, validation loss as dots."""
     models, varying = _models(jobs), _varying(jobs)
     colors = _colors(_label(job, varying) for job in jobs)
     fig, axes = _figure(len(models))

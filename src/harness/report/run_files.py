@@ -1,10 +1,6 @@
-"""A run dir's files read back for a person's eyes (the sweep summary, the run's page): whatever is damaged or
-missing is said, never raised. verdict.json has its own reader (harness.report.verdict).
-
-    yaml_in(path)               .hydra/config.yaml, hydra.yaml, overrides.yaml: the node, or why not
-    select(node, key)           a key's value, None where absent or unresolvable here
-    read_metrics(path, wanted)  metrics.csv's columns as (step, value) points, rows cut mid-write skipped
-    flat(node)                  a config as dotted keys; defaults_for(hydra) the same conf/ composed with no override"""
+"""A run dir's files read back for the summary and the pages, whatever is damaged or missing said, never raised:
+`yaml_in` (.hydra/ files), `select`, `read_metrics` (metrics.csv as points), `flat` and `defaults_for` (the
+config as dotted keys, and its defaults). verdict.json's reader is harness.report.verdict."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def yaml_in(path: Path, listed: bool = False):
-    """The YAML file at `path` (a mapping, or with `listed` a list) and, where it cannot be read, why: (None, "")
-    where there is none."""
+    """(the YAML at `path`: a mapping, or with `listed` a list; "") or (None, why); (None, "") where there is none."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     if not path.is_file():
@@ -34,7 +29,7 @@ def yaml_in(path: Path, listed: bool = False):
 
 
 def select(cfg, key: str):
-    """The value at `key`, or None when absent (or an interpolation that cannot resolve outside Hydra)."""
+    """The value at `key`, or None when absent or unresolvable here."""
     from omegaconf import OmegaConf
 
     if cfg is None:
@@ -54,7 +49,7 @@ class Metrics:
 
 
 def last_step(path: Path, at: int) -> int:
-    """The step of the last row of `path` that parses (read from its tail: a file of any length costs the same)."""
+    """The step (column `at`) of the last row of `path` that parses, read from its tail."""
     with open(path, "rb") as f:
         f.seek(max(0, f.seek(0, 2) - 65536))
         tail = f.read().decode("utf-8", errors="replace").splitlines()[1:]
@@ -67,10 +62,9 @@ def last_step(path: Path, at: int) -> int:
 
 
 def read_metrics(path: Path, wanted, sampled=lambda name: False, most: int = 2000) -> Metrics:
-    """The columns of `path` (Lightning's CSVLogger: a row per metric kind, a column per key) for which
-    `wanted(name)` holds; those for which `sampled(name)` holds at most `most` steps of them, evenly spaced (the
-    many per-layer columns of a long run: a page's cost and memory stay bounded). A row that does not parse (a job
-    killed mid-write) is skipped; a file that cannot be read keeps the points read until then and says why."""
+    """The columns of metrics.csv at `path` for which `wanted(name)`, those for which `sampled(name)` at most
+    `most` steps evenly spaced. A row that does not parse is skipped; an unreadable file keeps what was read."""
+    # sampled: the many per-layer columns of a long run, so a page's cost and memory stay bounded
     metrics = Metrics()
     if not path.is_file():
         metrics.problem = (
@@ -108,7 +102,7 @@ def read_metrics(path: Path, wanted, sampled=lambda name: False, most: int = 200
 
 
 def flat(cfg) -> dict[str, str]:
-    """Every leaf of a config as dotted key -> its value's text (interpolations as written, ??? where missing)."""
+    """Every leaf of a config as dotted key -> its value's text (interpolations as written)."""
     from omegaconf import OmegaConf
 
     out = {}
@@ -125,8 +119,8 @@ def flat(cfg) -> dict[str, str]:
 
 
 def defaults_for(hydra) -> dict[str, str] | None:
-    """The config the run's conf/ composes with no override (its .hydra/hydra.yaml says where that is), flattened;
-    None where it cannot be composed. Inside the run's own process, Hydra's search path as the run had it."""
+    """The config the run's conf/ (found from its hydra.yaml) composes with no override, flattened; None where it
+    cannot be composed."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 

@@ -1,14 +1,6 @@
-"""A run's page: report.html in the run dir, what a person reads first. Written when the run ends, whatever its status
-(harness.tasks.job), and rebuilt by `python -m harness.report <run dir>`. Everything is read back from the run's files,
-so a page can be made of any run dir, a damaged one too: what cannot be read is said where it would have been.
-
-    the verdict      one sentence, its status, the exit code's meaning, what to do next where the run failed
-    the preflight    FAIL and WARN rows first, each detail whole
-    the symptoms     name, where, step, the fix; each marked on the loss curve
-    the curves       loss against the floor and the goal; p_correct; gradient norms and update ratios by layer
-                     (lines for a few, a heat map for many); gradient reach by position; the probes' own figures
-    the datapoints   each example decoded at the first and last steps logged, the wrong tokens marked
-    the config       the keys that differ from the defaults first, the whole config folded"""
+"""A run's page, report.html (`write_run_page`, `page_or_warning`): the verdict in a sentence with what to do next,
+the preflight, the symptoms, the curves, the datapoints and the config, all read back from the run dir's files; a
+part that cannot be read says so where it would have been."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ from pathlib import Path
 from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
 from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
-from harness.report.verdict import STOPPED, exit_code, verdict_in, write_whole
+from harness.report.verdict import STOPPED, exit_code, verdict_in, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +41,7 @@ P_CORRECT = {"logit/p_correct": "p(correct), training batch", "val/p_correct": "
 FEW = 8
 
 
-def natural(name: str) -> list:
+def natural_key(name: str) -> list:
     """blocks.2 before blocks.10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
@@ -59,12 +51,12 @@ def _per_parameter(name: str) -> bool:
     return kind in ("grad_norm", "update_ratio") and param not in ("total", "missing", "dead")
 
 
-def wanted(name: str) -> bool:
+def drawn_column(name: str) -> bool:
     return name in LOSSES or name in P_CORRECT or _per_parameter(name)
 
 
-def listed(value) -> list:
-    """A verdict field that should be a list, whatever a fork's code wrote there."""
+def as_list(value) -> list:
+    """A verdict field that should be a list, as one whatever a fork's code wrote there."""
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
@@ -159,11 +151,11 @@ def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
 
 def _verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list[str]) -> str:
     if v is None:
-        told = (
+        why = (
             why
             or f"{run_dir / 'verdict.json'}: not written (the run has not ended, or was killed before it could)"
         )
-        return f'<h1 id="verdict">{badge("MISSING")} {escape(run_dir.name)}</h1>{missing(told)}'
+        return f'<h1 id="verdict">{badge("MISSING")} {escape(run_dir.name)}</h1>{missing(why)}'
     try:
         code = exit_code(v)
     except (KeyError, TypeError):  # INTERRUPTED with no signal recorded
@@ -175,7 +167,9 @@ def _verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list
         f'<p class="exit">exit code {code if code is not None else "128 + the signal"}: {escape(meaning)}. '
         f"Run dir: <code>{escape(str(run_dir))}</code></p>"
         + (f'<p class="next">Next: {escape(then)}</p>' if then else "")
-        + "".join(f"<p>{escape(str(line))}</p>" for line in listed(v.get("evidence")))  # the doctor's reasons
+        + "".join(
+            f"<p>{escape(str(line))}</p>" for line in as_list(v.get("evidence"))
+        )  # the doctor's reasons
     )
 
 
@@ -209,7 +203,7 @@ def _symptoms_part(v: dict | None) -> str:
 
 
 def _per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
-    names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=natural)
+    names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=natural_key)
     if not names:
         return missing(f"{title}: not recorded")
     series = {name: dict(curves[f"{kind}/{name}"]) for name in names}
@@ -264,7 +258,7 @@ def _curves_part(v: dict | None, metrics, goal, run_dir: Path) -> str:
 
 
 def marked(target: str, prediction: str) -> str:
-    """The prediction, each position where it differs from the target marked (the masked '·' never is)."""
+    """`prediction` as HTML, each position where it differs from `target` marked (the masked '·' never is)."""
     if len(target) == len(prediction):
         return "".join(
             escape(p) if t == p or t == "·" else f"<mark>{escape(p)}</mark>"
@@ -338,15 +332,12 @@ def _config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] |
             if rows
             else missing("every key at its default")
         )
-    whole = table(["key", "value"], [[k, v] for k, v in values.items()])
-    return (
-        f"{given}{changed}<details><summary>the whole config ({len(values)} keys)</summary>{whole}</details>"
-    )
+    every_key = table(["key", "value"], [[k, v] for k, v in values.items()])
+    return f"{given}{changed}<details><summary>the whole config ({len(values)} keys)</summary>{every_key}</details>"
 
 
-def drawn(what: str, part, *args) -> str:
-    """One part of the page; a value of a shape no reader expected (a fork's verdict field, a number too large
-    to draw) costs that part only, said where it would have been."""
+def part_or_note(what: str, part, *args) -> str:
+    """`part(*args)`, or a note where it raised: a value no reader expected costs that part only."""
     try:
         return part(*args)
     except Exception as err:
@@ -354,8 +345,7 @@ def drawn(what: str, part, *args) -> str:
 
 
 def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
-    """report.html of `run_dir`, from whatever the run left there; `defaults`: compose conf/ to tell the keys
-    that differ from its defaults."""
+    """Write `run_dir`'s report.html from whatever the run left; `defaults`: compose conf/ to find changed keys."""
     run_dir = Path(run_dir)
     v, why = verdict_in(run_dir)
     (cfg, bad_cfg), (hydra, _) = (
@@ -366,29 +356,28 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     overrides = [str(o) for o in given or []]
     target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
     goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
-    metrics = read_metrics(run_dir / "metrics.csv", wanted, sampled=_per_parameter)
+    metrics = read_metrics(run_dir / "metrics.csv", drawn_column, sampled=_per_parameter)
     known = None
     if defaults and cfg is not None:  # no override: the config is the defaults, no composing needed
         known = defaults_for(hydra) if overrides else flat(cfg)
     sections = [
-        drawn("the verdict", _verdict_part, v, why, run_dir, goal, overrides),
-        section("preflight", "Preflight", drawn("the preflight", _preflight_part, v)),
-        section("symptoms", "Symptoms", drawn("the symptoms", _symptoms_part, v)),
-        section("curves", "Curves", drawn("the curves", _curves_part, v, metrics, goal, run_dir)),
+        part_or_note("the verdict", _verdict_part, v, why, run_dir, goal, overrides),
+        section("preflight", "Preflight", part_or_note("the preflight", _preflight_part, v)),
+        section("symptoms", "Symptoms", part_or_note("the symptoms", _symptoms_part, v)),
+        section("curves", "Curves", part_or_note("the curves", _curves_part, v, metrics, goal, run_dir)),
         section(
             "datapoints",
             "Datapoints",
-            drawn("the datapoints", _datapoints_part, run_dir / "datapoints.jsonl"),
+            part_or_note("the datapoints", _datapoints_part, run_dir / "datapoints.jsonl"),
         ),
-        section("config", "Config", drawn("the config", _config_part, cfg, bad_cfg, overrides, known)),
+        section("config", "Config", part_or_note("the config", _config_part, cfg, bad_cfg, overrides, known)),
     ]
     status = (v or {}).get("status")
-    return write_whole(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))
+    return write_atomic(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))
 
 
 def page_or_warning(run_dir: Path) -> Path | None:
-    """report.html of `run_dir`, logged; a page that cannot be written is a warning, never the run's failure, and
-    a signal meanwhile is only noted: the verdict's exit code stands."""
+    """Write `run_dir`'s report.html; a failure is a warning and a signal is only noted (the exit code stands)."""
     from harness.signals import Noted
 
     try:

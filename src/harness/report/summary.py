@@ -1,11 +1,9 @@
-"""The summary of a sweep: one row a job, read back from the job dirs, as summary.csv, summary.md and plots.
+"""A sweep's summary, one row a job read back from the job dirs (`collect`), written as summary.csv, summary.md,
+plots and page (`write_summary`); `SweepSummary`, the Hydra callback that writes it when a multirun ends. A job
+without a verdict is MISSING."""
 
-    python -m harness.report outputs/multirun/<date>/<time>     # (re)build the summary of a sweep dir (report/command.py)
-
-Hydra calls `SweepSummary.on_multirun_end` in the launching process after every job of a sweep has finished
-(also with the joblib and submitit launchers), so each sweep dir gets its summary without asking. Everything is
-read from files: a job's identity from `.hydra/` (so a job that failed still has its model and length), its
-outcome from `verdict.json`, its loss curve from `metrics.csv`. A job without a verdict is marked MISSING."""
+# a job's identity comes from .hydra/ (a job that failed still has its model and length), its outcome from
+# verdict.json, its loss curve from metrics.csv
 
 from __future__ import annotations
 
@@ -48,7 +46,7 @@ REACH = (
 
 @dataclass
 class Job:
-    """One job dir read back: its summary row, its input-gradient norms by position, its loss curve."""
+    """One job dir read back: its summary row, input-gradient norms by position, loss curves."""
 
     row: dict
     grads: dict[str, list[float]] = field(default_factory=dict)  # "init" / "final" -> norm per position
@@ -56,8 +54,8 @@ class Job:
     val_curve: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
 
 
-def _number(value) -> float | None:
-    """A float from a verdict value: None stays None; "nan"/"inf" (how verdict.json stores them) parse."""
+def _as_float(value) -> float | None:
+    """A verdict value as a float ("nan" and "inf" as written in verdict.json too), else None."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -67,7 +65,7 @@ def _number(value) -> float | None:
 
 
 def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
-    """The job's verdict.json and, when there is none to read, why (the row's error)."""
+    """The job's Verdict and "", or an empty Verdict and why there is none to read."""
     values, why = verdict_in(job_dir)
     if values is None:
         why = why or (
@@ -78,7 +76,7 @@ def verdict_of(job_dir: Path) -> tuple[Verdict, str]:
 
 
 def _read_job(job_dir: Path) -> Job:
-    """Everything the summary knows about one job dir."""
+    """One job dir read back."""
     (cfg, bad_cfg), (hydra, bad_hydra) = (
         yaml_in(job_dir / ".hydra/config.yaml"),
         yaml_in(job_dir / ".hydra/hydra.yaml"),
@@ -94,24 +92,24 @@ def _read_job(job_dir: Path) -> Job:
         "length": select(cfg, "data.length") or verdict.length,
         "rule": select(cfg, "data.rule") or verdict.rule,
         "status": verdict.status or "MISSING",
-        "final_loss": _number(verdict.final_loss),
-        "accuracy": _number(verdict.accuracy),
+        "final_loss": _as_float(verdict.final_loss),
+        "accuracy": _as_float(verdict.accuracy),
         "steps": verdict.steps,
-        "reach_init": _number(verdict.items.get("reach_init")),
-        "reach_final": _number(verdict.items.get("reach_final")),
+        "reach_init": _as_float(verdict.items.get("reach_init")),
+        "reach_final": _as_float(verdict.items.get("reach_final")),
         "mode": mode,
         "n": n,
         "data": select(hydra, "hydra.runtime.choices.data") or verdict.data,
         "seed": select(cfg, "seed") if cfg is not None else verdict.seed,
-        "val_loss": _number(verdict.val_loss),
+        "val_loss": _as_float(verdict.val_loss),
         # the names of what the run showed while it trained (verdict.json symptoms), one each
         "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
-        "seconds": _number(verdict.seconds),
+        "seconds": _as_float(verdict.seconds),
         "job": job_dir.name,
         "error": "; ".join(why for why in (verdict.error, unread) if why) or None,
     }
     grads = verdict.items.get("grad_by_position") or {}
-    grads = {k: [_number(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
+    grads = {k: [_as_float(x) for x in v] for k, v in grads.items() if isinstance(v, list)}
     curves = read_metrics(job_dir / "metrics.csv", lambda name: name in (LOSS, VAL_LOSS)).curves
     return Job(row=row, grads=grads, curve=curves.get(LOSS, []), val_curve=curves.get(VAL_LOSS, []))
 
@@ -135,8 +133,7 @@ def _collect_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def collect(sweep_dir: Path) -> list[Job]:
-    """Every job dir of `sweep_dir` read, grouped by model, then sorted by length and n (a stable sort: ties keep
-    the job order)."""
+    """Every job dir of `sweep_dir` read, grouped by model, then sorted by length and n (ties in job order)."""
     jobs = [_read_job(d) for d in _collect_dirs(sweep_dir)]
     first = {}  # models in the order the sweep ran them (its own order: rnn, lstm, transformer), not by name
     for i, job in enumerate(jobs):
@@ -145,7 +142,7 @@ def collect(sweep_dir: Path) -> list[Job]:
 
 
 def _cell(key: str, value, markdown: bool) -> str:
-    """One table cell. Empty when unknown; an exact 0 is written 0 (an underflow, not a rounding)."""
+    """One table cell: empty when unknown, an exact 0 as 0 (an underflow, not a rounding)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -172,9 +169,9 @@ def write_csv(jobs: list[Job], path: Path) -> Path:
     return path
 
 
-def shown(jobs: list[Job]) -> tuple[list[str], list[str]]:
-    """The columns a table shows: the CSV's, less those that say nothing (extra columns empty in every row, and
-    model_group/mode/n/data/seed when every job has the same value); and those shared values, as key=value."""
+def shown_columns(jobs: list[Job]) -> tuple[list[str], list[str]]:
+    """The columns a table shows (the CSV's, less empty extra ones and those every job shares), and the shared
+    values as key=value."""
     shared, columns = [], list(COLUMNS)
     for key in EXTRA:
         values = {str(job.row[key]) for job in jobs if job.row[key] not in (None, "")}
@@ -201,8 +198,8 @@ def headline(jobs: list[Job], shared: list[str]) -> str:
 
 
 def markdown(jobs: list[Job], title: str) -> str:
-    """summary.md: a status line, the table (the columns that say something, `shown`) and the plots."""
-    columns, shared = shown(jobs)
+    """summary.md's text: the status line, the table and the plots."""
+    columns, shared = shown_columns(jobs)
     lines = [
         f"# Sweep summary: {title}",
         "",
@@ -218,8 +215,8 @@ def markdown(jobs: list[Job], title: str) -> str:
 
 
 def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = True) -> dict[str, Path]:
-    """Write summary.csv, summary.md, (unless plots=False) the PNG plots of `jobs` (default: every job dir of
-    `sweep_dir`) and the sweep's page, report.html (harness.report.sweep_page), into `sweep_dir`."""
+    """Write summary.csv, summary.md, the plots (unless `plots` is False) and report.html of `jobs` (default: every
+    job dir) into `sweep_dir`; returns the paths by kind."""
     sweep_dir = Path(sweep_dir)
     jobs = collect(sweep_dir) if jobs is None else jobs
     written = {"csv": write_csv(jobs, sweep_dir / "summary.csv")}
@@ -234,15 +231,14 @@ def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = 
         written["loss"] = draw.loss_curves(jobs, sweep_dir / "loss.png")
     from harness.report.sweep_page import write_sweep_page
 
-    columns, shared = shown(jobs)
+    columns, shared = shown_columns(jobs)
     written["html"] = write_sweep_page(sweep_dir, jobs, columns, f"{headline(jobs, shared)} {REACH}", PLOTS)
     return written
 
 
 class SweepSummary(Callback):
-    """Hydra callback (conf/train.yaml, hydra.callbacks): the summary of every multirun, in its sweep dir. While
-    the sweep runs, a signal stops it as a whole (harness.signals.SweepStop); the summary is then written for what
-    finished and the process exits 128 + the signal."""
+    """Hydra callback (conf/train.yaml): every multirun's summary in its sweep dir; a signal stops the sweep as a
+    whole (harness.signals.SweepStop)."""
 
     def __init__(self):
         self.stop = None
@@ -256,7 +252,7 @@ class SweepSummary(Callback):
         self.stop.install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from harness.signals import Interrupted, stopped
+        from harness.signals import Interrupted, stop_signal
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if self.stop is not None:
@@ -265,11 +261,11 @@ class SweepSummary(Callback):
             self.summarize(sweep_dir)
         else:  # no job got as far as making its dir: nothing to summarize
             log.warning("no sweep dir %s: no summary written", sweep_dir)
-        signum = stopped(sweep_dir)
+        signum = stop_signal(sweep_dir)
         if signum is not None:
             log.warning("sweep stopped by a signal: the summary covers the jobs that finished")
             raise Interrupted(signum)
-        unreturned(config, sweep_dir)
+        exit_if_nothing_returned(config, sweep_dir)
 
     def summarize(self, sweep_dir: Path) -> None:
         jobs = collect(sweep_dir)
@@ -283,9 +279,9 @@ class SweepSummary(Callback):
         )
 
 
-def unreturned(config: DictConfig, sweep_dir: Path) -> None:
-    """A search (hydra/sweeper=optuna) none of whose jobs returned a number for optimized_metric ends in one line
-    (exit 2 when every job ran: the name is at fault; 1 when they failed), the summary written before."""
+def exit_if_nothing_returned(config: DictConfig, sweep_dir: Path) -> None:
+    """End a search none of whose jobs returned a number for optimized_metric in one line: exit 2 when every job
+    ran (the name is at fault), 1 when they failed."""
     from harness.report.optimized_metric import metric_value, searches
 
     name = config.get("optimized_metric")
@@ -296,7 +292,7 @@ def unreturned(config: DictConfig, sweep_dir: Path) -> None:
         return
     statuses = [verdict_of(d)[0].status or "MISSING" for d in jobs]
     ran = all(status in ("PASS", "FAIL", "DONE", "SYMPTOM") for status in statuses)
-    told = f"no trial returned it ({len(jobs)} trials: {', '.join(sorted(set(statuses)))}); see {sweep_dir / 'summary.md'}"
+    why = f"no trial returned it ({len(jobs)} trials: {', '.join(sorted(set(statuses)))}); see {sweep_dir / 'summary.md'}"
     fix = "; name a number each job has, e.g. optimized_metric=val_loss" if ran else ""
-    print(f"error: optimized_metric={name}: {told}{fix}", file=sys.stderr)
+    print(f"error: optimized_metric={name}: {why}{fix}", file=sys.stderr)
     sys.exit(2 if ran else 1)

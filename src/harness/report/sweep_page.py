@@ -1,7 +1,5 @@
-"""A sweep's page: report.html in the sweep dir, beside summary.md. The summary table, sortable by any column, each
-row linked to its job's own page; the sweep's plots inline. A job with no page of its own (killed before it could
-write one, or run by an older harness) gets one written now, from what it left, so that every link leads somewhere.
-Written with the summary (harness.report.summary) and rebuilt with it by `python -m harness.report <sweep dir>`."""
+"""A sweep's report.html (`write_sweep_page`): the summary table, each row linked to its job's page, and the plots.
+A job without a page (killed before writing one) gets one written now, so every link leads somewhere."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from urllib.parse import quote
 
 from harness.report.html import badge, image, missing, page, section, table
 from harness.report.run_page import PAGE, page_or_warning
-from harness.report.verdict import write_whole
+from harness.report.verdict import write_atomic
 
 #: the statuses that make a sweep's own, the worst first
 WORST_FIRST = (
@@ -23,8 +21,8 @@ WORST_FIRST = (
 def write_sweep_page(
     sweep_dir: Path, jobs: list, columns: list[str], headline: str, plots: tuple[str, ...]
 ) -> Path:
-    """report.html of `sweep_dir` from the summary's `jobs` (harness.report.summary.Job): `columns` of each row,
-    `headline` (the summary's status line) above, `plots` (PNG names in the sweep dir) below."""
+    """Write `sweep_dir`'s report.html: `columns` of each of `jobs` (harness.report.summary.Job), `headline` above,
+    `plots` (PNG names in the sweep dir) below."""
     sweep_dir = Path(sweep_dir)
     rows, statuses = [], []
     for job in jobs:
@@ -64,4 +62,4 @@ def write_sweep_page(
             section("plots", "Plots", "\n".join(figures) or missing("no plots drawn")),
         ],
     )
-    return write_whole(sweep_dir / PAGE, html)
+    return write_atomic(sweep_dir / PAGE, html)

@@ -1,10 +1,7 @@
-"""Symptoms: training problems read off the run while it trains, each named with where, when and a fix.
+"""Symptoms, training problems seen while the run trains (verdict.json's `symptoms`, docs/contracts.md): the
+`Symptom` record, each name's suggested fix (SUGGESTIONS), `nonfinite`, and `judge`, the SYMPTOM rule."""
 
-A symptom is one record of verdict.json's `symptoms` list (docs/contracts.md): the probes' detectors
-(harness.probes.detectors) and the dead-gradient sentinel report theirs through the probes' sink, harness.tasks.training
-adds `nonfinite` when the guard stops a run. This module holds only the record, the names and their
-suggestions, and the rule that turns symptoms into the SYMPTOM verdict (`probes.symptoms.fail=true`), so
-that it works the same whether or not a fork keeps the probes."""
+# here, not in the probes: the record and the rule work the same whether or not a fork keeps the probes
 
 from __future__ import annotations
 
@@ -42,9 +39,8 @@ JUDGED_OK = ("PASS", "DONE", "DEBUG")
 
 @dataclass(frozen=True)
 class Symptom:
-    """One symptom: `name` (a key of SUGGESTIONS), the step it was first seen, `where` (the parameter, module
-    or signal at fault), `value` (the number that crossed its threshold), `detail` (what was measured, in
-    words) and `suggestion` (one line: what to try)."""
+    """One symptom: `name` (a key of SUGGESTIONS), the `step` first seen, `where` (the parameter, module or signal
+    at fault), `value` (the number past its threshold), `detail` (what was measured) and `suggestion` (the fix)."""
 
     name: str
     step: int
@@ -73,14 +69,14 @@ class Symptom:
 
 
 def nonfinite(stopped) -> Symptom:
-    """The `nonfinite` symptom of a run the non-finite guard stopped (harness.train.checkpoints.NonFinite `stopped`)."""
+    """The `nonfinite` symptom of a run the guard stopped (`stopped`: harness.train.nonfinite.NonFinite)."""
     detail = "a NaN or inf reached the gradients; the run stopped before that step's update"
     return Symptom("nonfinite", stopped.step, stopped.where, None, detail)
 
 
 def judge(verdict, fail: bool) -> None:
-    """With `fail` (probes.symptoms.fail=true, for CI), a run that would PASS, be DONE or DEBUG ends as SYMPTOM
-    (exit 5) when it has any symptom; the status it had is kept as `judged`."""
+    """With `fail` (probes.symptoms.fail=true), a PASS, DONE or DEBUG verdict with any symptom becomes SYMPTOM
+    (exit 5), its status kept as `judged`."""
     symptoms = verdict.items.setdefault("symptoms", [])
     if fail and symptoms and verdict.status in JUDGED_OK:
         verdict.items["judged"] = verdict.status

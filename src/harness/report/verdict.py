@@ -1,6 +1,6 @@
-"""verdict.json: the machine-readable result of a run (see docs/contracts.md, Run directory), and the exit code
-each status means. Written by every task (harness.tasks); this module is its one reader (`verdict_in`): the sweep
-summary, the doctor, resuming and the check that a run dir holds no earlier run all read it through here."""
+"""verdict.json, a run's machine-readable result (docs/contracts.md): the `Verdict`, its writers
+(`write_verdict`, `write_atomic`), its one reader (`verdict_in`, `status_in`, `read_verdict`) and each status's
+exit code (EXIT_CODES, `exit_code`)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,8 @@ WHEN_SET = ("signal", "checkpoint", "nonfinite", "error", "lost", "resume")
 
 @dataclass
 class Verdict:
-    """One run's outcome. `status`: PASS or FAIL (overfit), DONE (full), PREFLIGHT_FAIL, NONFINITE,
-    INTERRUPTED, RANK_LOST or RANK_STALLED (a rank of several died or stopped), or ERROR (a job that could not
-    run). `items`: what the probes add (dead_params,
-    grad_by_position, reach_init, reach_final, inputs_identical), written at the top level."""
+    """One run's outcome: `status` (a key of EXIT_CODES, or INTERRUPTED) and its numbers; `items`: what the probes
+    add (grad_by_position, reach_init, ...), written at the top level."""
 
     status: str | None = None
     mode: str | None = None
@@ -130,8 +128,8 @@ KINDS = {
 
 
 def verdict_shape(values) -> str | None:
-    """What is wrong with the shape of a parsed verdict.json (not an object, a field of the wrong kind, a symptom
-    without a name), or None: what a reader such as the sweep summary may rely on."""
+    """What is wrong with a parsed verdict.json's shape (not an object, a field of the wrong kind, a symptom
+    without a name), or None."""
     if not isinstance(values, dict):
         return f"holds a JSON {type(values).__name__}, not an object"
     for key, kinds in KINDS.items():
@@ -147,7 +145,7 @@ def verdict_shape(values) -> str | None:
 
 
 def _plain(value):
-    """JSON-safe: NaN and inf become strings rather than invalid JSON."""
+    """`value` JSON-safe: NaN and inf as strings."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
@@ -157,8 +155,8 @@ def _plain(value):
     return value
 
 
-def write_whole(path: Path, text: str) -> Path:
-    """Write `path` whole or not at all (a reader never sees half a file; a failed write leaves nothing behind)."""
+def write_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically: a reader never sees half a file, a failed write leaves nothing."""
     staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         staging.write_text(text, encoding="utf-8")
@@ -170,13 +168,13 @@ def write_whole(path: Path, text: str) -> Path:
 
 
 def write_verdict(run_dir: Path, verdict: dict) -> Path:
-    """Write `run_dir/verdict.json` whole (write_whole)."""
-    return write_whole(Path(run_dir) / "verdict.json", json.dumps(_plain(verdict), indent=2) + "\n")
+    """Write `run_dir/verdict.json` whole (write_atomic)."""
+    return write_atomic(Path(run_dir) / "verdict.json", json.dumps(_plain(verdict), indent=2) + "\n")
 
 
 def parsed(run_dir: Path) -> tuple[object, str]:
-    """`run_dir`/verdict.json parsed, whatever its shape, and why not where it cannot be: (None, "") where there is
-    none, (None, why) where it is not JSON or cannot be read."""
+    """(`run_dir`/verdict.json parsed, whatever its shape, ""), (None, why) where it cannot be, (None, "") where
+    there is none."""
     path = Path(run_dir) / "verdict.json"
     try:
         return json.loads(path.read_text(encoding="utf-8")), ""
@@ -189,8 +187,8 @@ def parsed(run_dir: Path) -> tuple[object, str]:
 
 
 def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
-    """`run_dir`/verdict.json as written, and why not where it cannot be: (None, "") where there is none,
-    (None, why) where it is damaged, unreadable or not a verdict (verdict_shape)."""
+    """(`run_dir`/verdict.json, ""), (None, why) where it is damaged or not a verdict, (None, "") where there is
+    none."""
     values, why = parsed(run_dir)
     wrong = None if values is None else verdict_shape(values)
     if wrong is not None:
@@ -199,8 +197,8 @@ def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
 
 
 def status_in(run_dir: Path) -> str | None:
-    """The status of the run that ended in `run_dir` (`?` where its verdict cannot be read), or None where none
-    has ended there. A verdict whose other fields a fork's probe wrote in a shape of its own keeps its status."""
+    """The status of the run that ended in `run_dir`, `?` where it cannot be read, None where none ended there
+    (whatever shape a fork's probe gave the other fields)."""
     values, why = parsed(run_dir)
     if values is None:
         return "?" if why else None
@@ -209,8 +207,7 @@ def status_in(run_dir: Path) -> str | None:
 
 
 def read_verdict(run_dir: Path) -> dict:
-    """`run_dir`/verdict.json; a ValueError naming the file where it cannot be read, FileNotFoundError where
-    there is none."""
+    """`run_dir`/verdict.json; ValueError where it cannot be read, FileNotFoundError where there is none."""
     values, why = verdict_in(run_dir)
     if values is None:
         if not why:

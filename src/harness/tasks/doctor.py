@@ -1,18 +1,6 @@
-"""The doctor (`experiment=doctor`, `make doctor`): when a model FAILs the overfit, the questions that come next,
-asked by runs instead of by hand. It runs the overfit ladder (n = 1, 2, 5) for the configured model and for the
-simple substitute on the same data, and the model's first failed rung (or its first) once more with the loop
-twins (the spec of every vectorized op), each a real `train.py` run in a folder of the doctor's run dir; then it reads their verdicts
-and says which of these it is:
-
-    harness or data broken     the substitute fails too: the pipeline or the data cannot be learnt at all
-    model broken               only the model fails, from the first rung: its preflight rows and symptoms say where
-    vectorization broken       the model fails with its vectorized ops and passes with the loop twins
-    capacity or optimization   the model memorizes one example but not five: its symptoms say which (a learning
-                               rate too high or too low, gradients that vanish) or, with none, capacity or steps
-    healthy                    every rung passes, the model's and the substitute's
-
-doctor.json in the run dir holds the diagnosis, the evidence and the commands; verdict.json says PASS when the
-model is healthy and FAIL otherwise."""
+"""The experiment=doctor task, `doctor`: the overfit ladder (real train.py runs) for the model, the simple
+substitute and the loop twins, then one diagnosis (`diagnose`; docs/workflow.md lists them) with its evidence in
+doctor.json. The verdict is PASS when the model is healthy, else FAIL."""
 
 from __future__ import annotations
 
@@ -49,7 +37,7 @@ OPTIMIZATION = {
 
 @dataclass
 class Rung:
-    """One overfit run the doctor made: who, on how many examples, how it ended, and the command."""
+    """One overfit run of the doctor's: who (`label`), on `n` examples, its command and verdict."""
 
     label: str
     n: int
@@ -77,8 +65,7 @@ MODEL_OWN = ("model", "optim", "schedule")
 
 
 def substitute_overrides(overrides: list[str], substitute: str) -> list[str]:
-    """`overrides` less the model's own (its architecture, optimizer and schedule: a learning rate suits one
-    model), with the substitute's choice: the same data, tokenizer, trainer and seed."""
+    """`overrides` less the model's own groups (MODEL_OWN: a learning rate suits one model), choosing `substitute`."""
     kept = [o for o in overrides if o.split("=")[0].lstrip("+~").split(".")[0] not in MODEL_OWN]
     return [*kept, f"model={substitute}"]
 
@@ -89,8 +76,8 @@ def _entry_point() -> str:
     return str(Path(main.path.removeprefix("file://")).parent / "train.py")
 
 
-def shown(command: list[str]) -> str:
-    """A command as one types it: `python train.py ...`, train.py relative to this folder where it lies below it."""
+def command_text(command: list[str]) -> str:
+    """`command` as one types it: `python train.py ...`, train.py relative to this folder where it lies below it."""
     script = Path(command[1])
     if script.is_relative_to(Path.cwd()):
         script = script.relative_to(Path.cwd())
@@ -108,26 +95,27 @@ def _run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: 
         )
         verdict, unread = verdict_of(where)
         rung.verdict = (
-            verdict.as_dict() if verdict.status else {"status": "ERROR", "error": why(done, unread)}
+            verdict.as_dict()
+            if verdict.status
+            else {"status": "ERROR", "error": no_verdict_reason(done, unread)}
         )
     except subprocess.TimeoutExpired:
         rung.verdict = {"status": "ERROR", "error": f"no verdict within doctor.timeout={timeout:.0f} s"}
-    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, shown(command))
+    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, command_text(command))
     return rung
 
 
-def why(done: subprocess.CompletedProcess, unread: str | None) -> str:
-    """A run that left no verdict: its exit code and the line of its output that says why."""
+def no_verdict_reason(done: subprocess.CompletedProcess, unread: str | None) -> str:
+    """Why a run left no verdict: its exit code and the line of its output that says why."""
     lines = [line for line in done.stderr.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
-    said = next(
+    reason = next(
         (line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else unread
     )
-    return f"exit {done.returncode}: {(said or 'no output')[:300]}"
+    return f"exit {done.returncode}: {(reason or 'no output')[:300]}"
 
 
 def doctor(cfg: DictConfig, run_dir: Path) -> dict:
-    """Run the ladder for the model, the substitute and the loop twins; diagnose; write doctor.json and the
-    verdict. Returns the verdict as a dict."""
+    """The doctor task: the runs, the diagnosis, doctor.json and the verdict; returns the verdict as a dict."""
     started = time.perf_counter()
     settings = cfg.doctor
     model_group = HydraConfig.get().runtime.choices.get("model")
@@ -144,7 +132,9 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
     report = {
         "diagnosis": diagnosis,
         "evidence": evidence,
-        "runs": [{"who": r.label, "n": r.n, "status": r.status, "command": shown(r.command)} for r in rungs],
+        "runs": [
+            {"who": r.label, "n": r.n, "status": r.status, "command": command_text(r.command)} for r in rungs
+        ],
     }
     (run_dir / "doctor.json").write_text(json.dumps(report, indent=2) + "\n")
     _print_report(report)
@@ -163,12 +153,15 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
     return verdict.as_dict()
 
 
+# harness or data broken: the substitute fails too; model broken: only the model fails, from its first rung;
+# vectorization broken: it passes with the loop twins only; capacity or optimization: it memorizes n=1 but not
+# more (its symptoms say which); healthy: every rung passes
 def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
-    """(diagnosis, evidence lines) from the runs' verdicts; see the module's docstring."""
+    """(diagnosis, evidence lines) from the runs' verdicts."""
     model = [r for r in rungs if r.label == "model"]
     other = {r.n: r for r in rungs if r.label == substitute}
     loops = next((r for r in rungs if r.label == "model_loops"), None)
-    evidence = [f"{r.label} n={r.n}: {r.status}{ending(r)}" for r in rungs]
+    evidence = [f"{r.label} n={r.n}: {r.status}{outcome_words(r)}" for r in rungs]
     failed = next((r for r in model if not r.passed), None)
     if failed is None:
         if not all(r.passed for r in other.values()):
@@ -188,17 +181,17 @@ def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
         evidence.append(f"only the model fails, from n={failed.n}, where the substitute passes")
         return "model broken", evidence + _warnings_of(failed)
     names = sorted({s["name"] for s in failed.verdict.get("symptoms", [])})
-    said = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
+    causes = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
     if failed.status == "ERROR":
-        said = [f"the run at n={failed.n} could not finish: {failed.verdict.get('error')}"]
-    if not said:
-        said = [f"capacity: no symptom at n={failed.n}; a larger model or more steps (mode.max_steps)"]
+        causes = [f"the run at n={failed.n} could not finish: {failed.verdict.get('error')}"]
+    if not causes:
+        causes = [f"capacity: no symptom at n={failed.n}; a larger model or more steps (mode.max_steps)"]
     evidence.append(f"the model memorizes n={model[0].n} but not n={failed.n}")
-    return "capacity or optimization", evidence + said
+    return "capacity or optimization", evidence + causes
 
 
-def ending(rung: Rung) -> str:
-    """What a rung's verdict says in a few words: steps and final loss, its error, or its symptoms."""
+def outcome_words(rung: Rung) -> str:
+    """A rung's verdict in a few words: its error, or its steps, final loss and symptoms."""
     v = rung.verdict
     if v.get("error"):
         return f" ({v['error']})"

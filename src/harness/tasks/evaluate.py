@@ -1,11 +1,6 @@
-"""mode=eval: a trained checkpoint measured on held-out data, and a few continuations read back as text.
-
-    python train.py mode=eval ckpt_path=last          # the newest checkpoints/last.ckpt under outputs/runs/
-    python train.py mode=eval ckpt_path=<file>        # any checkpoint of a run of this harness
-
-The model, data and tokenizer are those the checkpoint was trained with (its run dir's .hydra/config.yaml), so
-nothing needs repeating; the weights are loaded weights-only (a checkpoint cannot run code). Writes eval.json
-(loss, perplexity, bits per token, bits per byte for text, the tokens counted, continuations) and a verdict."""
+"""The mode=eval task, `evaluate_task`: a checkpoint (loaded weights-only) measured on held-out data with the
+model, data and tokenizer of the run that saved it, a few continuations decoded. Writes eval.json (loss,
+perplexity, bits per token and byte, continuations) and a DONE verdict."""
 
 from __future__ import annotations
 
@@ -29,8 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def _trained_config(cfg: DictConfig, ckpt: Path) -> DictConfig:
-    """`cfg` with the model, data, tokenizer and loss of the run that wrote `ckpt` (<run>/checkpoints/x.ckpt), where
-    that run's config is still beside it; else `cfg` as given (a checkpoint moved away from its run)."""
+    """`cfg` with the model, data, tokenizer and loss of the run that saved `ckpt`, where its config is still beside
+    it; else `cfg`."""
     saved = ckpt.parent.parent / ".hydra" / "config.yaml"
     if not saved.is_file():
         log.warning("no %s: evaluating with this run's model and data config", saved)
@@ -63,9 +58,8 @@ def _load_weights(model: torch.nn.Module, ckpt: Path) -> None:
 
 @torch.no_grad()
 def measure(model: torch.nn.Module, loader, tokenizer, lm: bool, loss: Loss) -> dict:
-    """Over the loss mask of every batch: the mean of the run's loss (`loss`) and of the cross entropy (nats) it is
-    made of, the tokens counted, and for language modelling the UTF-8 bytes those target tokens decode to (bits per
-    byte compares tokenizers fairly)."""
+    """Over every batch's loss mask: the mean `loss` and cross entropy (nll, perplexity, bits per token), the
+    tokens counted and, where `lm`, bits per byte (which compares tokenizers fairly)."""
     objective, nats, tokens, text_bytes = 0.0, 0.0, 0, 0
     for batch in loader:
         batch = to_device(batch, next(model.parameters()).device)
@@ -93,8 +87,7 @@ def measure(model: torch.nn.Module, loader, tokenizer, lm: bool, loss: Loss) -> 
 
 @torch.no_grad()
 def _continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, temperature: float, generator):
-    """`prompt` [time] followed by `new_tokens` tokens, each the most probable (temperature 0) or drawn at
-    `temperature`; the model sees at most the last `context` tokens."""
+    """The `new_tokens` tokens after `prompt`, greedy at temperature 0, else sampled; the model sees `context`."""
     ids = prompt[None]
     for _ in range(new_tokens):
         logits = model(ids[:, -context:])[0, -1].float()
@@ -107,8 +100,8 @@ def _continue_text(model, prompt: torch.Tensor, new_tokens: int, context: int, t
 
 
 def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
-    """The first `mode.samples` validation examples (collated by their loader; each up to its last masked
-    position: no padding): the first half as the prompt, then the greedy and a sampled continuation, decoded."""
+    """For the first `mode.samples` validation examples (padding cut): the first half as prompt, then a greedy and a
+    sampled continuation, decoded."""
     mode, out = cfg.mode, []
     generator = torch.Generator().manual_seed(int(cfg.seed))
     device = next(model.parameters()).device
@@ -129,7 +122,8 @@ def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
     return out
 
 
-def table(results: dict) -> str:
+def results_table(results: dict) -> str:
+    """`results` (split -> measure()) as a console table."""
     rows = [f"{'split':<6} {'loss':>8} {'ppl':>10} {'bits/tok':>9} {'bits/byte':>9} {'tokens':>9}"]
     for split, r in results.items():
         bpb = f"{r['bits_per_byte']:9.3f}" if "bits_per_byte" in r else f"{'-':>9}"
@@ -140,14 +134,13 @@ def table(results: dict) -> str:
 
 
 def _device_for(trainer: DictConfig) -> torch.device:
-    """Where the trainer config would train: a CUDA device for accelerator gpu/cuda/auto when one is there."""
+    """Where the trainer config would train: CUDA for accelerator gpu/cuda/auto when there is one, else CPU."""
     wants_gpu = str(trainer.get("accelerator", "cpu")) in ("gpu", "cuda", "auto")
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
 def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
-    """The whole of mode=eval: checkpoint -> its config -> data -> weights -> eval.json (when `write`: rank 0)
-    and a verdict."""
+    """mode=eval: checkpoint -> its config -> data -> weights -> eval.json (when `write`); returns the verdict."""
     started = time.perf_counter()
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     ckpt = Path(find_checkpoint(cfg.ckpt_path, run_dir, cfg.paths.log_dir))
@@ -175,7 +168,7 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
         report["unigram_entropy"] = data.unigram_entropy()
     if write:
         (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    print(table(results))
+    print(results_table(results))
     if "unigram_entropy" in report:
         print(f"unigram entropy of the training tokens: {report['unigram_entropy']:.4f} nats/token")
     for sample in samples[:2]:
@@ -196,9 +189,8 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
     return verdict
 
 
-def evaluate_job(cfg: DictConfig, run_dir: Path) -> dict:
-    """mode=eval as a job (eval.py, or train.py mode=eval): the checkpoint measured; eval.json and the verdict
-    written by rank 0. Returns the verdict as a dict."""
+def evaluate_task(cfg: DictConfig, run_dir: Path) -> dict:
+    """The mode=eval task: `evaluate`, eval.json and the verdict written by rank 0; returns the verdict as a dict."""
     from harness.ranks import global_rank
 
     writes = global_rank() == 0

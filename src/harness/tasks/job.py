@@ -1,6 +1,6 @@
-"""One Hydra job, whatever launched it: the task its config names (training, mode=eval, the doctor), a verdict
-recorded whatever happens, and the exit code of that verdict when it is the only job. In a sweep a job records and
-goes on, or hands back the number a search optimizes."""
+"""One Hydra job, `job`: it runs the task its config names (`named_task`: train, evaluate or doctor), records a
+verdict whatever happens and exits with its code (a sweep job returns it). `perform(cfg)` runs the named task from
+code; `check_run_dir` guards a run dir. The path: cli.main -> job -> a task -> fit -> Trainer.fit."""
 
 from __future__ import annotations
 
@@ -19,41 +19,38 @@ from harness.signals import Interrupted
 log = logging.getLogger(__name__)
 
 
-def task_of(cfg: DictConfig):
-    """The task `cfg` names, a function (cfg, run dir) -> verdict: experiment=doctor, overfit runs of its own then
-    a diagnosis (harness.tasks.doctor); mode=eval, a checkpoint measured (harness.tasks.evaluate); else training
-    (harness.tasks.training)."""
+def named_task(cfg: DictConfig):
+    """The task `cfg` names, a function (cfg, run dir) -> verdict dict: the doctor (experiment=doctor), evaluation
+    (mode=eval), else training."""
     if cfg.get("doctor"):
         from harness.tasks.doctor import doctor
 
         return doctor
     if cfg.mode.name == "eval":
-        from harness.tasks.evaluate import evaluate_job
+        from harness.tasks.evaluate import evaluate_task
 
-        return evaluate_job
+        return evaluate_task
     from harness.tasks.training import train
 
     return train
 
 
 def perform(cfg: DictConfig, checked: bool = False) -> dict:
-    """The task `cfg` names, run in this process as a job runs it, for code of yours; its verdict. `checked`: the
-    config is validated already (only its devices are checked here)."""
+    """Run the task `cfg` names in this process, as a job does, and return its verdict. `checked`: the config is
+    validated already (only its devices are checked here)."""
     from harness.tasks.training import open_job
 
-    return task_of(cfg)(cfg, open_job(cfg, checked))
+    return named_task(cfg)(cfg, open_job(cfg, checked))
 
 
 def job(cfg: DictConfig) -> dict | float | None:
-    """One Hydra job, started by the command line (which has validated its config). A single run exits with its
-    verdict's code; a sweep job records and goes on, returning its verdict, or with `optimized_metric` set the
-    number it names (what an optimizing sweeper reads). In a sweep stopped by a signal (harness.signals.MARKER), a
-    job not started yet does not start."""
+    """One Hydra job. A single run exits with its verdict's code; a sweep job returns its verdict, or the
+    `optimized_metric` number."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from harness.ranks import global_rank, started_by_lightning
-    from harness.signals import guard_worker, handled_here, mark_stopped, stopped
+    from harness.signals import guard_worker, handled_here, mark_stopped, stop_signal
     from harness.tasks.training import open_job
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -61,18 +58,18 @@ def job(cfg: DictConfig) -> dict | float | None:
     _log_apart(global_rank())
     if sweeping:
         guard_worker()
-        if stopped(sweep_dir) is not None:
-            return _not_started(out, stopped(sweep_dir))
+        if stop_signal(sweep_dir) is not None:  # a signal stopped the sweep: this job does not start
+            return _not_started(out, stop_signal(sweep_dir))
     with recorded(out, sweeping) as record:
         if not started_by_lightning():  # a launcher's job too: its dir holds no earlier run
             check_run_dir(cfg, out)
-        record.verdict = task_of(cfg)(cfg, open_job(cfg, checked=True))
+        record.verdict = named_task(cfg)(cfg, open_job(cfg, checked=True))
     verdict = record.verdict
     if verdict is None:
         return None
     if not sweeping:
         # a DDP rank > 0 reports through rank 0 (unless rank 0 was lost and this rank wrote the verdict)
-        sys.exit(exit_code(verdict) if wrote(verdict) else 0)
+        sys.exit(exit_code(verdict) if wrote_verdict(verdict) else 0)
     if verdict["status"] == "INTERRUPTED" and handled_here():  # one job stopped by a signal stops the sweep
         mark_stopped(sweep_dir, verdict["signal"])
     if cfg.get("optimized_metric"):  # what a search (hydra/sweeper=optuna) optimizes; None: a failed trial
@@ -84,16 +81,15 @@ def job(cfg: DictConfig) -> dict | float | None:
 
 @dataclass
 class Record:
-    """What `recorded` hands the job: the task's verdict, once it has one (None: a config mistake in a sweep)."""
+    """What `recorded` hands the job: the task's verdict once it has one (None: a config mistake in a sweep)."""
 
     verdict: dict | None = None
 
 
 @contextmanager
 def recorded(out: Path, sweeping: bool):
-    """Around a task: its verdict whatever happens. A config mistake exits 2 (one line) or, in a sweep, is an ERROR
-    verdict (the record's verdict None); a signal before the task's own handler is INTERRUPTED; a bug is an ERROR
-    verdict, then raised (a sweep's other jobs go on)."""
+    """Around a task: a verdict whatever happens. A config mistake exits 2 (in a sweep: an ERROR verdict); a signal
+    before the task's own handler is INTERRUPTED; a bug is an ERROR verdict, then raised (in a sweep: logged)."""
     record, paged = Record(), True
     try:
         yield record
@@ -118,20 +114,19 @@ def recorded(out: Path, sweeping: bool):
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
     finally:
         if paged:
-            _page_of(out, writer=wrote(record.verdict))
+            _write_page(out, writer=wrote_verdict(record.verdict))
 
 
-def wrote(verdict: dict | None) -> bool:
-    """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost (harness.train.distributed.watchdog)."""
+def wrote_verdict(verdict: dict | None) -> bool:
+    """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost."""
     from harness.ranks import global_rank
 
     lost = (verdict or {}).get("lost") or {}
     return global_rank() == (lost.get("seen_by") if "seen_by" in lost else 0)
 
 
-def _page_of(run_dir: Path, writer: bool) -> None:
-    """report.html of a run that ended with a verdict, by the process that wrote it (rank 0, unless rank 0 was
-    lost: the others share its dir or have none). A signal meanwhile is only noted: the exit code stands."""
+def _write_page(run_dir: Path, writer: bool) -> None:
+    """Write report.html of a run that ended with a verdict, if this process (`writer`) wrote that verdict."""
     if writer and status_in(run_dir) is not None:
         from harness.report.run_page import page_or_warning
 
@@ -139,9 +134,8 @@ def _page_of(run_dir: Path, writer: bool) -> None:
 
 
 def _log_apart(rank: int, name: str = "train.log") -> None:
-    """A rank > 0 that shares rank 0's run dir without a log file of its own (torchrun and SLURM start every rank
-    as rank 0 is started; Lightning's launcher names its ranks' logs train_ddp_process_N.log) logs to
-    train_rank_N.log: train.log stays rank 0's, its lines in order."""
+    """Move a rank > 0's log from rank 0's `name` to train_rank_N.log beside it, so train.log stays rank 0's."""
+    # torchrun and SLURM start every rank as rank 0 is started; Lightning names its ranks' logs itself
     if rank == 0:
         return
     root = logging.getLogger()
@@ -156,15 +150,12 @@ def _log_apart(rank: int, name: str = "train.log") -> None:
 
 
 class RunDirTaken(ConfigError):
-    """The run directory holds an earlier run's verdict: refused, and nothing is written there (a sweep job's
-    ERROR verdict would itself overwrite the earlier one)."""
+    """The run dir holds an earlier run's verdict: refused, and nothing is written there (not even an ERROR verdict)."""
 
 
 def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
-    """Refuse a run directory that holds an earlier run's verdict: this run would overwrite its metrics,
-    checkpoints and verdict. Allowed: `+overwrite=true`; the same run resumed (ckpt_path inside it); a job started
-    again in the dir it stopped in (verdict INTERRUPTED, RANK_LOST, RANK_STALLED: a requeued SLURM job, torchrun's
-    restart; in mode=full it continues from its own last.ckpt, harness.train.checkpoints.interrupted_here)."""
+    """Raise RunDirTaken for a run dir holding an earlier run's verdict, unless `+overwrite=true`, the run resumes
+    from a checkpoint inside it, or that run stopped part-way (STOPPED: a requeued or restarted job)."""
     status = status_in(Path(run_dir))
     if status in (None, *STOPPED) or cfg.get("overwrite", False) is True:
         return
@@ -182,7 +173,7 @@ def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") ->
 
 
 def _not_started(out: Path, signum: int) -> None:
-    """The verdict of a sweep job that a signal stopped before it began: INTERRUPTED at step 0, saying so."""
+    """Write the INTERRUPTED verdict of a sweep job that a signal stopped before it began."""
     import signal
 
     name = signal.Signals(signum).name

@@ -1,8 +1,6 @@
-"""The training task: data -> model -> preflight -> fit -> verdict.json, each stage one call of `train`.
-
-`run(cfg)` is the whole of it for a composed config (so may code of yours call it); train.py's job
-(harness.tasks.job) opens the job (`open_job`, what every task does first) and calls `train`. mode=eval and the
-doctor are tasks of their own (harness.tasks.evaluate, harness.tasks.doctor)."""
+"""The training task, `train(cfg, run_dir)`: build -> preflight -> `fit` (Trainer.fit) -> verdict.json. `run(cfg)`
+trains a composed config from code; `open_job` is what every task does first. The path: cli.main -> tasks.job.job
+-> train -> fit."""
 
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ from harness.train.checkpoints import ResumeState, check_resume_mode, interrupte
 from harness.train.distributed.devices import SHARDED, check_devices, strategy_name
 from harness.train.distributed.heartbeat import ENDED, RAISED
 from harness.train.distributed.sharding import check_init_weights, on_meta
-from harness.train.distributed.watchdog import RankLost, RankWatch, in_log
+from harness.train.distributed.watchdog import RankLost, RankWatch, log_to_file_only
 from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
@@ -49,9 +47,8 @@ log = logging.getLogger(__name__)
 
 
 def open_job(cfg: DictConfig, checked: bool = False) -> Path:
-    """What every task does first; returns its run dir. The config validated: whole, or only where it runs
-    (its devices) when the door has `checked` the rest; a checkpoint another mode saved refused; the config tree
-    written (rank 0; on the console too unless in a sweep)."""
+    """What every task does first: validate the config (only its devices when `checked`), refuse a checkpoint of
+    another mode, write the config tree (rank 0). Returns the run dir."""
     if checked:
         check_devices(cfg.trainer)  # this machine's: the door may have checked the config on another
     else:
@@ -65,15 +62,15 @@ def open_job(cfg: DictConfig, checked: bool = False) -> Path:
 
 
 def run(cfg: DictConfig, checked: bool = False) -> dict:
-    """Train one job from a composed config, as train.py's job does (so may code of yours). Returns its verdict
-    (also written to verdict.json in the Hydra output dir). `checked`: the config is validated already."""
+    """Train a composed config in this process, as train.py does; returns the verdict (also in verdict.json).
+    `checked`: the config is validated already."""
     return train(cfg, open_job(cfg, checked))
 
 
 @dataclass
 class Training:
-    """One training task as its stages share it: the config, the run dir, the regime (overfit or full), the
-    verdict as it fills, the signal handler, when it started, and (several processes) the watchdog."""
+    """What the training task's stages share: config, run dir, regime, the verdict as it fills, the signal
+    handler, the start time and (several processes) the watchdog."""
 
     cfg: DictConfig
     run_dir: Path
@@ -85,79 +82,83 @@ class Training:
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
-    """The training task, its stages in order: build, preflight, fit, judge; the verdict as a dict. From here a
-    signal stops the job with its verdict: at once, or during a training step at the step's end (StopOnSignal);
-    outside a step it raises Interrupted wherever it lands, and the verdict says INTERRUPTED all the same."""
+    """The training task: build, preflight, fit, verdict; returns the verdict as a dict. A signal ends it with an
+    INTERRUPTED verdict (during a step, at the step's end: StopOnSignal)."""
     started, mode = time.perf_counter(), _mode_for(cfg)
     verdict = _start_verdict(cfg, run_dir, n=getattr(mode, "n", None))
-    job = Training(cfg, run_dir, mode, verdict, StopOnSignal(run_dir / "checkpoints" / "last.ckpt"), started)
-    job.interrupt.install()
+    training = Training(
+        cfg, run_dir, mode, verdict, StopOnSignal(run_dir / "checkpoints" / "last.ckpt"), started
+    )
+    training.interrupt.install()
     try:
-        data, module, callbacks = _build_stage(job)
-        job.interrupt.phase = "the preflight"
+        data, module, callbacks = _build_stage(training)
+        training.interrupt.phase = "the preflight"
         preflight(cfg, module, data, verdict)
         if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
             verdict.status = "PREFLIGHT_FAIL"
             message = "preflight FAILED: training not started (preflight=warn reports and goes on)"
-            result = finish(job, logging.ERROR, message)
+            result = finish(training, logging.ERROR, message)
         else:
-            trainer, ckpt_path, loggers = trainer_for(job, data, module, callbacks)
-            job.interrupt.phase = "the start of training"
-            stopped = fit(trainer, module, data, ckpt_path, loggers, job.watch)
-            result = judged(job, trainer, module, callbacks[0], stopped)
+            trainer, ckpt_path, loggers = trainer_for(training, data, module, callbacks)
+            training.interrupt.phase = "the start of training"
+            stopped = fit(trainer, module, data, ckpt_path, loggers, training.watch)
+            result = trained_verdict(training, trainer, module, callbacks[0], stopped)
     except Interrupted as stop:
-        job.interrupt.holding = True  # another signal while the verdict is written is only noted
+        training.interrupt.holding = True  # another signal while the verdict is written is only noted
         verdict.status, verdict.signal = "INTERRUPTED", stop.signum
-        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {job.interrupt.phase}"
-        result = finish(job, logging.WARNING, message)
+        message = f"INTERRUPTED by {signal.Signals(stop.signum).name} during {training.interrupt.phase}"
+        result = finish(training, logging.WARNING, message)
     finally:
-        job.interrupt.restore()
+        training.interrupt.restore()
     if result["status"] == "INTERRUPTED":  # a submitit job's own handler requeues it (hydra/launcher=slurm)
-        job.interrupt.hand_on()
+        training.interrupt.hand_on()
     return result
 
 
 def _mode_for(cfg: DictConfig):
-    """The training regime object of `cfg.mode.name` (harness.config.schema.MODES names its class)."""
+    """The training regime of `cfg.mode.name` (its class named in harness.config.schema.MODES)."""
     regime = MODES[cfg.mode.name][1]
     if regime is None:  # mode=eval: a task of its own
         raise ConfigError(
             "mode",
             cfg.mode.name,
-            "run() trains; evaluate with eval.py (harness.tasks.job.task_of names each task)",
+            "run() trains; evaluate with eval.py (harness.tasks.job.named_task names each task)",
         )
     return get_class(regime)(cfg)
 
 
-def _build_stage(job: Training) -> tuple:
-    """The datamodule, the LightningModule, and the callbacks the run adds to the harness's own: the probes and
-    the config's extra callbacks (built before the preflight's work: a bad one is a config error, not a failed
-    preflight; a fork without probes has none)."""
-    cfg = job.cfg
+def _build_stage(training: Training) -> tuple:
+    """The datamodule, the LightningModule, and (the probes, the config's callbacks) to add to the harness's own."""
+    # the callbacks are built before the preflight: a bad one is a config error, not a failed preflight
+    cfg = training.cfg
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
-    job.interrupt.phase = "data generation and the model's construction"
-    data, module = build_parts(cfg, job.mode)
+    training.interrupt.phase = "data generation and the model's construction"
+    data, module = build_parts(cfg, training.mode)
     # the class, e.g. LlamaForCausalLM, or the name the model gives itself
-    job.verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
-    overfit = job.mode.name == "overfit"
+    training.verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
+    overfit = training.mode.name == "overfit"
     probes = (
-        build(cfg.probes, "probes", run_dir=job.run_dir, data=data, overfit=overfit, loss=module.loss)
+        build(cfg.probes, "probes", run_dir=training.run_dir, data=data, overfit=overfit, loss=module.loss)
         if cfg.get("probes") is not None
         else []
     )
     return data, module, (probes, build_callbacks(cfg))
 
 
-def trainer_for(job: Training, data, module, added: tuple) -> tuple:
-    """The Trainer with every callback (the harness's own, then `added`: the probes and the config's extra ones)
-    and logger, the checkpoint it resumes from (checked against the model and optimizer), and the loggers
-    (finished once training ends)."""
-    cfg, run_dir, mode = job.cfg, job.run_dir, job.mode
+def trainer_for(training: Training, data, module, added: tuple) -> tuple:
+    """(the Trainer with every callback and logger, the checkpoint it resumes from, the loggers); `added`: the
+    probes and the config's callbacks."""
+    cfg, run_dir, mode = training.cfg, training.run_dir, training.mode
     probes, extra = added
-    job.watch = watch_of(job, module)
-    callbacks = [*start_checks(cfg, data, job.verdict, mode), NonFiniteGuard(), ResumeState(), job.interrupt]
-    callbacks += [job.watch, *mode.callbacks(data, job.verdict, run_dir / "checkpoints")]
+    training.watch = watch_of(training, module)
+    callbacks = [
+        *start_checks(cfg, data, training.verdict, mode),
+        NonFiniteGuard(),
+        ResumeState(),
+        training.interrupt,
+    ]
+    callbacks += [training.watch, *mode.callbacks(data, training.verdict, run_dir / "checkpoints")]
     # a job started again in the dir it stopped in (requeued, restarted by torchrun) continues from its own
     # last.ckpt, newer than any ckpt_path the command gave (which says where its first attempt began)
     own = interrupted_here(run_dir) if mode.name == "full" else None
@@ -176,40 +177,42 @@ def _given_too(ckpt_path) -> str:
     return f" (ckpt_path={ckpt_path} is where its first attempt began)" if ckpt_path else ""
 
 
-def judged(job: Training, trainer: pl.Trainer, module, probes: list, stopped) -> dict:
-    """The verdict of a run that trained: stopped early (a signal, a non-finite loss, a preflight row read as
-    training started), a debug run, or the mode's own judgement. Returns the verdict as a dict."""
-    cfg, verdict, interrupt = job.cfg, job.verdict, job.interrupt
+def trained_verdict(training: Training, trainer: pl.Trainer, module, probes: list, stopped) -> dict:
+    """Finish the verdict of a run that trained: `stopped` early, a debug run, or the mode's judgement. Returns it
+    as a dict."""
+    cfg, verdict, interrupt = training.cfg, training.verdict, training.interrupt
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     verdict.items.setdefault("symptoms", [])
     if isinstance(stopped, RankLost):
         interrupt.holding = True
-        lost_verdict(job, trainer, module, stopped.fault)
-        return finish(job, logging.ERROR, stopped.fault.line(), writer=job.watch.writes(stopped.fault))
+        lost_verdict(training, trainer, module, stopped.fault)
+        return finish(
+            training, logging.ERROR, stopped.fault.line(), writer=training.watch.writes(stopped.fault)
+        )
     if stopped is not None:
         interrupt.holding = isinstance(stopped, Interrupted)  # stopping: another signal is only noted
-        message = _stopped_early(verdict, stopped, module, job.run_dir / "checkpoints", interrupt.phase)
-        return finish(job, logging.WARNING, message)
+        message = _stopped_early(verdict, stopped, module, training.run_dir / "checkpoints", interrupt.phase)
+        return finish(training, logging.WARNING, message)
     interrupt.phase = "judging and plotting"
     if not (cfg.get("debug") or {}).get("judge", True):  # debug=fdr|limit: too short to PASS or FAIL
         verdict.status, verdict.final_loss = "DEBUG", module.final_loss()
         message = f"DEBUG run ({cfg.debug.name}): {verdict.steps} steps, final loss {verdict.final_loss}"
-        return finish(job, logging.INFO, message, fail_on=_symptoms_fail(cfg))
-    job.mode.judge(verdict, trainer, module, job.run_dir / "checkpoints")
+        return finish(training, logging.INFO, message, fail_on=_symptoms_fail(cfg))
+    training.mode.judge(verdict, trainer, module, training.run_dir / "checkpoints")
     if writes() and verdict.eval_gap:
         log.warning("eval gap: %s", verdict.eval_gap)
-    return finish(job, logging.INFO, None, summary=job.mode.summary, fail_on=_symptoms_fail(cfg))
+    return finish(training, logging.INFO, None, summary=training.mode.summary, fail_on=_symptoms_fail(cfg))
 
 
 def _symptoms_fail(cfg: DictConfig) -> bool:
-    """probes.symptoms.fail: whether a symptom ends a run that would PASS or be DONE as SYMPTOM (exit 5)."""
+    """probes.symptoms.fail: whether a symptom turns a PASS or DONE into SYMPTOM (exit 5)."""
     return bool(OmegaConf.select(cfg, "probes.symptoms.fail", default=False))
 
 
 def build_parts(cfg: DictConfig, mode) -> tuple:
-    """The datamodule (set up, as the mode wants it) and the LightningModule around the configured model."""
+    """(the datamodule, set up as the mode wants it; the LightningModule around the configured model)."""
     data = mode.data(build(cfg.data, "data"))
     data.prepare_data()
     data.setup("fit")
@@ -230,8 +233,7 @@ def build_parts(cfg: DictConfig, mode) -> tuple:
 
 
 def check_splits(data, target) -> None:
-    """A split that holds no example is bad input (exit 2) whatever the source, not a preflight FAIL or a run
-    without validation: the source's own splits are read (overfit mode's one batch is made from them)."""
+    """Raise ConfigError (exit 2) where the source's training or validation split holds no example."""
     source = getattr(data, "base", data)
     for split, name in (("train", "training"), ("val", "validation")):
         try:
@@ -245,7 +247,7 @@ def check_splits(data, target) -> None:
 
 
 def _start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
-    """What the verdict knows before anything is built (the model's class is added once it is)."""
+    """The verdict as it starts, before anything is built."""
     choices = HydraConfig.get().runtime.choices
     debug = {"debug": cfg.debug.name} if cfg.get("debug") else {}  # a debug=... run says which
     return Verdict(
@@ -263,9 +265,8 @@ def _start_verdict(cfg: DictConfig, run_dir: Path, n: int | None) -> Verdict:
 
 
 def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) -> None:
-    """The preflight's rows and seconds into the verdict. A rank Lightning started exists only because rank
-    0's preflight passed; ranks SLURM starts together each run it (same seed, same data, same decision), so
-    none is left waiting for a rank that stopped."""
+    """Run the preflight (not on a rank Lightning started) and put its rows and seconds into the verdict."""
+    # ranks SLURM or torchrun start together each run it, with one seed and one decision: none waits for another
     from harness.checks.preflight import run_preflight
 
     started = time.perf_counter()
@@ -284,20 +285,19 @@ def preflight(cfg: DictConfig, module: HarnessModule, data, verdict: Verdict) ->
 
 
 def start_checks(cfg: DictConfig, data, verdict: Verdict, mode) -> list:
-    """The callback that runs the preflight rows read once training starts (harness.checks.at_start.start_checks): the model
-    checks of a model built on the meta device, the precision in use, and whether ranks read their own data (not
-    in overfit mode, where every rank reads the same n examples by design)."""
+    """The callback running the preflight rows read as training starts (harness.checks.at_start), or [] when the
+    preflight is off."""
     if cfg.preflight is False:
         return []
     from harness.checks.at_start.start_checks import StartChecks
 
+    # overfit mode: every rank reads the same n examples by design
     return [StartChecks(data, cfg, verdict.checks, shared_data=mode.name == "overfit")]
 
 
 def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: RankWatch | None = None):
-    """Train; the NonFinite, Interrupted or RankLost that ended it early, or None. An error on one of several
-    processes is first put to the watchdog: a collective that lost its peer is a rank lost, not a bug. The loggers
-    are finished either way."""
+    """Trainer.fit; returns what stopped it early (NonFinite, Interrupted, PreflightFailed, RankLost) or None. The
+    loggers are finished either way."""
     outcome, stopped = "failed", None
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
@@ -307,13 +307,17 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     except (NonFinite, Interrupted, PreflightFailed) as err:
         stopped = err
     except Exception as err:
-        fault = watch.explain(err) if watch is not None else None
+        fault = (
+            watch.explain(err) if watch is not None else None
+        )  # a collective that lost its peer: a rank lost
         if fault is None:
             if watch is not None and watch.world > 1:  # the others: this rank's own error, not a rank lost
-                in_log(logging.ERROR, f"this rank's own error ends the run:\n{traceback.format_exc()}")
+                log_to_file_only(
+                    logging.ERROR, f"this rank's own error ends the run:\n{traceback.format_exc()}"
+                )
                 watch.close(f"{RAISED} {err!r:.300}")
             raise
-        in_log(logging.INFO, f"the error a rank's loss caused here: {err!r}")
+        log_to_file_only(logging.INFO, f"the error a rank's loss caused here: {err!r}")
         stopped = RankLost(fault)
     finally:
         if watch is not None:
@@ -323,10 +327,8 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
 
 
 def _end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
-    """A run resumed from its last step's checkpoint, saved before that step's validation, gets nothing at all from
-    Lightning (its steps are done). What the run it resumes did after that checkpoint runs here: the validation,
-    then the harness's and the fork's callbacks' start and end of training (the probes' final measures, rows and
-    plots; Lightning's own callbacks have nothing left to do)."""
+    """For a run resumed from its last step's checkpoint (Lightning runs nothing more): the validation, then the
+    non-Lightning callbacks' on_train_start and on_train_end, as the run it resumes would have."""
     trainer.validate(module, datamodule=data, verbose=False)
     own = [
         c for c in trainer.callbacks if not type(c).__module__.startswith(("pytorch_lightning", "lightning"))
@@ -337,7 +339,7 @@ def _end_as_it_would_have(trainer: pl.Trainer, module, data) -> None:
 
 
 def _stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints: Path, phase: str) -> str:
-    """Record why training ended before its last step; the console line that says so."""
+    """Record in `verdict` why training ended before its last step; returns the console line."""
     verdict.final_loss = module.final_loss()
     if isinstance(stopped, Interrupted):
         verdict.status, verdict.signal = "INTERRUPTED", stopped.signum
@@ -364,21 +366,21 @@ def _stopped_early(verdict: Verdict, stopped: BaseException, module, checkpoints
 
 
 def finish(
-    job: Training,
+    training: Training,
     level: int,
     message: str | None,
     summary=None,
     fail_on: bool = False,
     writer: bool | None = None,
 ) -> dict:
-    """Stamp the time, judge the symptoms (`fail_on`: probes.symptoms.fail), write verdict.json (rank 0 only: DDP
-    ranks share the run dir; `writer` says otherwise for a rank lost), say how the run ended."""
-    verdict = job.verdict
-    verdict.seconds = round(time.perf_counter() - job.started, 3)
+    """Stamp the time, judge the symptoms (`fail_on`), write verdict.json (rank 0, or `writer`), log the ending.
+    Returns the verdict as a dict."""
+    verdict = training.verdict
+    verdict.seconds = round(time.perf_counter() - training.started, 3)
     line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
     judge_symptoms(verdict, fail_on)
     if writes() if writer is None else writer:
-        path = verdict.write(job.run_dir)
+        path = verdict.write(training.run_dir)
         log.log(level, "%s", line if summary else f"{line}: verdict {path}")
         if verdict.status == "SYMPTOM":
             names = sorted({s["name"] for s in verdict.items["symptoms"]})
@@ -389,5 +391,5 @@ def finish(
 
 
 def writes() -> bool:
-    """Whether this process writes the run's files: rank 0 alone."""
+    """Whether this process writes the run's files (rank 0)."""
     return global_rank() == 0

@@ -1,13 +1,10 @@
-"""What a config builds, built once at the door with throwaway inputs: a value that a library refuses only when it
-builds the object (an optimizer's lr=nan, Lightning's precision=13, a launcher's n_jobs=0, a data source's empty
-alphabet, a model's dropout=2) is one line naming the key before any work, not a traceback once the data is built.
+"""What a config builds, built once at the door with throwaway inputs (`trial`, `launcher_trial`): a value a library
+refuses only when building (lr=nan, precision=13, n_jobs=0) is one line naming the key before any work. Imports
+torch and Lightning: the door calls it after every cheap check."""
 
-Each part is built by the function the run builds it with: the data source (constructed, nothing generated or
-read), the optimizer and schedule on a throwaway layer (and stepped once), the loss, the probes, the model (on the
-meta device), the callbacks and the Trainer, and a sweep's launcher as the launcher plugin builds its pool or
-executor. A refusal names the key that, set back to the
-config file's value, makes it go away (harness.config.build.refused). This module imports torch and Lightning:
-the door calls it after every cheap check, so a typo still costs well under a second."""
+# each part is built by the function the run builds it with: the data source (nothing generated), the optimizer
+# and schedule on a throwaway layer, the loss, the probes, the model (on the meta device), the callbacks and the
+# Trainer, a sweep's launcher as its plugin builds it
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.config.build import build, culprit, refused
+from harness.config.build import build, key_at_fault, refused
 from harness.errors import ConfigError
 
 #: the loggers Lightning talks through when it builds a Trainer (devices found, tips)
@@ -32,8 +29,8 @@ WHERE = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1}
 
 
 @contextlib.contextmanager
-def quiet():
-    """Lightning's lines and any library's warnings held back while the door builds: the run says them."""
+def libraries_quiet():
+    """Inside, Lightning's log lines and every warning are held back (the run says them)."""
     loggers = [logging.getLogger(name) for name in CHATTY]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -47,19 +44,20 @@ def quiet():
             logger.setLevel(level)
 
 
-def own_rule(err: ConfigError, key: str) -> bool:
-    """Whether `err` is a part's own rule naming a key below `key`, in its own words, rather than a library's
-    refusal that build() named from the library's words alone (which the config file's values name better)."""
+def is_own_rule(err: ConfigError, key: str) -> bool:
+    """Whether `err` is a part's own rule naming a key below `key`, not a library's refusal that build() named."""
     return err.key != key and getattr(err, "library", None) is None
 
 
-def built(key: str, node: DictConfig, base: DictConfig | None, order: list[str], make: Callable, what=None):
-    """`make(node)`, or a ConfigError naming the key under `key` that a refusal comes from. A part's own rule's
-    ConfigError (own_rule) stands as it is."""
+def build_or_name_key(
+    key: str, node: DictConfig, base: DictConfig | None, order: list[str], make: Callable, what=None
+):
+    """`make(node)`, or a ConfigError naming the key under `key` that a refusal comes from (a part's own rule's
+    ConfigError stands as it is)."""
     try:
         return make(node)
     except ConfigError as err:
-        if own_rule(err, key):
+        if is_own_rule(err, key):
             raise
         cause = err
     except Exception as err:  # any library's refusal of a value: the default config builds
@@ -67,43 +65,43 @@ def built(key: str, node: DictConfig, base: DictConfig | None, order: list[str],
     raise refused(cause, key, node, base, order, attempt=make, what=what) from None
 
 
-def under(key: str, given: list[str]) -> list[str]:
-    """The keys below `key` among the dotted keys the command line set, in its order, relative to `key`."""
+def keys_under(key: str, given: list[str]) -> list[str]:
+    """The keys directly below `key` among `given` (the dotted keys the command line set), in order."""
     return [g[len(key) + 1 :].split(".")[0] for g in given if g.startswith(f"{key}.")]
 
 
-def optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
-    """The optimizer on a throwaway layer's parameter groups, stepped once, then the schedule on it, stepped once."""
+def try_optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
+    """Build the optimizer on a throwaway layer's parameter groups, then the schedule, each stepped once."""
     import torch
 
-    from harness.train.optim import optimizer_and_schedule as made
+    from harness.train.optim import optimizer_and_schedule
 
     layer = torch.nn.Linear(2, 2)  # a matrix and a bias: both of harness's parameter groups
     for parameter in layer.parameters():
         parameter.grad = torch.zeros_like(parameter)
 
     def optimizer(node: DictConfig):
-        made_one, _ = made(build(node, "optim"), None, layer, total_steps=cfg.mode.max_steps)
-        made_one.step()
-        return made_one
+        made, _ = optimizer_and_schedule(build(node, "optim"), None, layer, total_steps=cfg.mode.max_steps)
+        made.step()
+        return made
 
-    stepped = built("optim", cfg.optim, base.get("optim"), under("optim", given), optimizer)
+    stepped = build_or_name_key("optim", cfg.optim, base.get("optim"), keys_under("optim", given), optimizer)
     if cfg.get("schedule") is None:
         return
 
     def schedule(node: DictConfig):
-        _, scheduler = made(lambda groups: stepped, build(node, "schedule"), layer, cfg.mode.max_steps)
+        _, scheduler = optimizer_and_schedule(
+            lambda groups: stepped, build(node, "schedule"), layer, cfg.mode.max_steps
+        )
         scheduler.step()
         return scheduler
 
-    built("schedule", cfg.schedule, base.get("schedule"), under("schedule", given), schedule)
+    build_or_name_key("schedule", cfg.schedule, base.get("schedule"), keys_under("schedule", given), schedule)
 
 
-def trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
-    """The callbacks group's entries and Lightning's Trainer, with the arguments the run gives it, then one step of
-    a one-weight module through a Trainer of the same given arguments (Lightning refuses some, as
-    accumulate_grad_batches=0, only when it fits). Where a cluster runs the job (`devices` False) its accelerator,
-    devices, strategy and nodes are not this machine's to try; a run of several processes is not fitted here."""
+def try_trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
+    """Build the callbacks and the Trainer as the run does, then fit one step (one process only). `devices` False:
+    the accelerator, devices and strategy are not this machine's to try."""
     from harness.train.distributed.devices import SHARDED, processes, strategy_name
     from harness.train.trainer import build_callbacks, build_trainer
 
@@ -114,19 +112,26 @@ def trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) 
             for name, value in WHERE.items():
                 if name in cfg.trainer:
                     cfg.trainer[name] = value
-    build_trainer(cfg, Path.cwd(), callbacks, [], base=base.get("trainer"), order=under("trainer", given))
-    # fitted here: one process, unsharded (a sharded strategy shards the module it fits: the harness's, at the run)
-    alone = processes(cfg.trainer) == 1 and cfg.trainer.get("num_nodes", 1) == 1
-    if alone and strategy_name(cfg.trainer) not in SHARDED:
-        built(
-            "trainer", cfg.trainer, base.get("trainer"), under("trainer", given), one_step, what="Lightning"
+    build_trainer(
+        cfg, Path.cwd(), callbacks, [], base=base.get("trainer"), order=keys_under("trainer", given)
+    )
+    # fitted here: one process, unsharded (a sharded strategy shards the module it fits: the harness's, at the run);
+    # Lightning refuses some values (accumulate_grad_batches=0) only when it fits
+    single_process = processes(cfg.trainer) == 1 and cfg.trainer.get("num_nodes", 1) == 1
+    if single_process and strategy_name(cfg.trainer) not in SHARDED:
+        build_or_name_key(
+            "trainer",
+            cfg.trainer,
+            base.get("trainer"),
+            keys_under("trainer", given),
+            fit_one_step,
+            what="Lightning",
         )
 
 
-def one_step(node: DictConfig) -> None:
-    """Fit one step of a one-weight module on one example through a Trainer of `node`'s arguments (the harness's own
-    left out: no callbacks, no logger, one step), in a throwaway folder; torch's global switches that a Trainer
-    sets (deterministic algorithms, anomaly detection, cuDNN's benchmark) put back as they were."""
+def fit_one_step(node: DictConfig) -> None:
+    """Fit one step of a one-weight module through a Trainer of `node`'s arguments (less the harness's own), in a
+    throwaway folder; the global torch switches a Trainer sets are put back."""
     import pytorch_lightning as pl
     import torch
 
@@ -166,11 +171,9 @@ def one_step(node: DictConfig) -> None:
         torch.backends.cudnn.benchmark = benchmark
 
 
-def _model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
-    """The loss, the probes (their arguments: nothing is measured) and the model, on the meta device (no memory, no
-    time: a GPT-2 costs nothing) with a placeholder vocabulary, the data's being unknown before it is built. A
-    model refusal is reported only where a key the command line set is why: one its placeholder vocabulary or the
-    meta device alone is refused for is left to the run."""
+def _try_model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
+    """Build the loss, the probes and the model (on the meta device, with a placeholder vocabulary). A model refusal
+    is raised only where a key the command line set is why; others are left to the run."""
     import torch
 
     from harness.ops.loss import loss_of
@@ -183,14 +186,14 @@ def _model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> N
         return loss_of(whole)
 
     if cfg.get("loss") is not None:
-        built("loss", cfg.loss, base.get("loss"), under("loss", given), loss)
+        build_or_name_key("loss", cfg.loss, base.get("loss"), keys_under("loss", given), loss)
     if cfg.get("probes") is not None:
         overfit = cfg.mode.name == "overfit"
 
         def probes(node: DictConfig):
             return build(node, "probes", run_dir=None, data=None, overfit=overfit, loss=None)
 
-        built("probes", cfg.probes, base.get("probes"), under("probes", given), probes)
+        build_or_name_key("probes", cfg.probes, base.get("probes"), keys_under("probes", given), probes)
 
     def model(node: DictConfig):
         with torch.device("meta"):
@@ -199,10 +202,12 @@ def _model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> N
     try:
         made = model(cfg.model)
     except Exception as err:
-        order = under("model", given)
-        if culprit(cfg.model, base.get("model"), order, model) is None:
+        order = keys_under("model", given)
+        if key_at_fault(cfg.model, base.get("model"), order, model) is None:
             return
-        if isinstance(err, ConfigError) and own_rule(err, "model"):  # the model's own rule, in its own words
+        if isinstance(err, ConfigError) and is_own_rule(
+            err, "model"
+        ):  # the model's own rule, in its own words
             raise
         raise refused(err, "model", cfg.model, base.get("model"), order, attempt=model) from None
     if on_meta(cfg):  # its weights will come from its own init_weights() once sharded
@@ -211,9 +216,8 @@ def _model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) -> N
 
 @contextlib.contextmanager
 def as_a_job(composed: DictConfig):
-    """Hydra's settings of the job to come (`composed`: a config composed with them) in place while the door builds,
-    with a throwaway folder as its output dir: a value that reads them (`${hydra:runtime.output_dir}`, as
-    paths.output_dir and the profiler's dirpath do) resolves as in the job. Hydra sets its own when the job starts."""
+    """Inside, Hydra's settings of the job to come (`composed` with them) are in place, its output dir a throwaway
+    folder, so `${hydra:...}` values resolve as in the job."""
     from hydra.core.hydra_config import HydraConfig
 
     with tempfile.TemporaryDirectory() as folder:
@@ -226,39 +230,40 @@ def as_a_job(composed: DictConfig):
 
 
 def trial(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool = True) -> None:
-    """Build what the job config `cfg` builds (see the module docstring); `base`: the config composed with the same
-    group choices and no values (the config files'), `given`: the dotted keys the command line set, in its order.
-    Raises ConfigError naming the key a refusal comes from."""
+    """Build what the job config `cfg` builds; raise a ConfigError naming the key a refusal comes from. `base`: the
+    config files' values (same group choices), `given`: the dotted keys the command line set, in order."""
     from harness.compat import import_lightning
 
-    import_lightning()  # first imported here, it would set its own loggers' levels inside quiet()
+    import_lightning()  # first imported here, it would set its own loggers' levels inside libraries_quiet()
     import torch
 
     threads = torch.get_num_threads()  # tiny throwaway tensors: a pool of threads started here spins on
     torch.set_num_threads(1)
     try:
-        with quiet():
+        with libraries_quiet():
             _trial_parts(cfg, base, given, devices)
     finally:
         torch.set_num_threads(threads)
 
 
 def _trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
-    """trial()'s builds, part by part, in the order the run builds them."""
+    """trial()'s builds, in the order the run builds them."""
     if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
-        built("data", cfg.data, base.get("data"), under("data", given), lambda node: build(node, "data"))
+        build_or_name_key(
+            "data", cfg.data, base.get("data"), keys_under("data", given), lambda node: build(node, "data")
+        )
     if "max_steps" not in cfg.mode:  # mode=eval: no optimizer, no Trainer; its model is the checkpoint's
         return
     if cfg.get("optim") is not None:
-        optimizer_and_schedule(cfg, base, given)
+        try_optimizer_and_schedule(cfg, base, given)
         if cfg.get("model") is not None:
-            _model_loss_probes(cfg, base, given)
+            _try_model_loss_probes(cfg, base, given)
     if cfg.get("trainer") is not None:
-        trainer(cfg, base, given, devices)
+        try_trainer(cfg, base, given, devices)
 
 
 def _joblib_pool(node: DictConfig) -> None:
-    """hydra/launcher=parallel: the joblib Parallel its plugin makes (loky, as the plugin forces), and its jobs."""
+    """hydra/launcher=parallel: build the joblib Parallel (loky) its plugin makes, and count its jobs."""
     import joblib
 
     arguments = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}
@@ -268,8 +273,7 @@ def _joblib_pool(node: DictConfig) -> None:
 
 
 def _submitit_executor(node: DictConfig) -> None:
-    """hydra/launcher=local or slurm: the submitit executor its plugin makes, with its parameters, in a
-    throwaway folder (nothing is submitted)."""
+    """hydra/launcher=local or slurm: build the submitit executor its plugin makes, in a throwaway folder."""
     import shutil
 
     import submitit
@@ -290,8 +294,8 @@ def _submitit_executor(node: DictConfig) -> None:
 
 
 def launcher_trial(launcher: DictConfig, base: DictConfig | None, given: list[str]) -> None:
-    """The sweep's launcher (the composed hydra.launcher node), built as its plugin builds it; `base`: the same
-    launcher's config file, `given`: the hydra.launcher keys the command line set."""
+    """Build the sweep's launcher (the hydra.launcher node) as its plugin does; `base`: its config file's values,
+    `given`: the hydra.launcher keys the command line set."""
     target = str(launcher.get("_target_", ""))
     if target.endswith("JoblibLauncher"):
         make = _joblib_pool
@@ -299,5 +303,5 @@ def launcher_trial(launcher: DictConfig, base: DictConfig | None, given: list[st
         make = _submitit_executor
     else:
         return
-    with quiet():
-        built("hydra.launcher", launcher, base, under("hydra.launcher", given), make)
+    with libraries_quiet():
+        build_or_name_key("hydra.launcher", launcher, base, keys_under("hydra.launcher", given), make)

@@ -1,14 +1,9 @@
-"""The one entry to the config's rules (`validate`), and the rules across parts: every user mistake found
-before any work, as one line with the fix.
+"""`validate`, the one entry to a config's rules: each part's own (harness.data.rules, harness.models.rules,
+harness.train.rules, ...) run from here, and the rules across parts that a type cannot say (RANGES, files, keys
+that depend on each other). `check_types` checks the kinds of values the command line gave."""
 
-Hydra already refuses, while composing, a misspelled key, an unknown group option and a value of the wrong type
-(harness.config.schema). A part's own rules live beside the part (harness.data.rules, harness.models.rules,
-harness.train.rules, harness.train.distributed.devices, harness.report.optimized_metric) and are run from here; here live the rules a
-type cannot say that cross parts (ranges of every part's keys, taken from their tables; files the config names;
-keys that depend on each other), and the kind check of values the command line gave.
-
-The command line validates each job's config once, before anything runs (harness.cli.overrides); a job started by it
-then checks only where it runs (its devices). `harness.tasks.training.run` called in code validates the whole."""
+# Hydra refuses a misspelled key, an unknown option and a wrong type while composing (harness.config.schema). The
+# command line validates each job's config once (harness.cli.overrides); `run` called from code validates it all.
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from harness.config.explain import KIND_WORDS, kind
+from harness.config.explain import KIND_WORDS, value_kind
 from harness.config.extras import check_extras
 from harness.config.schema import MODES
 from harness.data import rules as data_rules
@@ -35,8 +30,8 @@ FLAGS = ("overwrite", "resume_any_mode")
 
 
 def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
-    """The value at dotted `key` of `cfg` (itself at `root` of the whole config), a whole number >= `minimum`,
-    or a ConfigError naming the full key with `hint`."""
+    """The value at dotted `key` of `cfg` (at `root` of the whole config) if a whole number >= `minimum`, else a
+    ConfigError naming the full key, with `hint`."""
     value = cfg
     for part in key.split("."):
         value = value[part]
@@ -47,8 +42,8 @@ def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str =
 
 
 def _check_files(cfg: DictConfig) -> None:
-    """The files the config names exist: a preflight test missing would be skipped, a checkpoint missing
-    found only after the data and the model are built."""
+    """Refuse a preflight test or checkpoint file the config names that does not exist, and a ckpt_path the mode
+    cannot take."""
     for path in cfg.get("preflight_tests", None) or []:
         if not Path(path).is_file():
             raise ConfigError(
@@ -77,9 +72,7 @@ def _check_files(cfg: DictConfig) -> None:
 
 
 def missing_keys(cfg: DictConfig) -> list[str]:
-    """The `???` keys, sorted: OmegaConf.missing_keys without resolving any value on the way, so a value only a
-    running job can resolve (`${hydra:runtime.output_dir}`, as paths.output_dir and a callback's dirpath use)
-    does not fail the check the command line makes before the job."""
+    """The `???` keys, sorted, found without resolving any value (`${hydra:...}` resolves only in a running job)."""
     found = []
 
     def gather(node) -> None:
@@ -97,14 +90,12 @@ def missing_keys(cfg: DictConfig) -> list[str]:
 
 
 def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
-    """Each of `keys` (the dotted keys the command line set) holds a value of the kind the config file gives it
-    (`base`: composed with the same group choices, without the values): `optim.lr=abc` where adamw.yaml has
-    3e-3 is refused now, not by the optimizer after the data and the preflight. Keys Hydra's schema types
-    (harness/config/schema.py) are refused by Hydra already; null and a key the files do not hold pass."""
+    """Refuse a value of `keys` (the dotted keys the command line set) whose kind differs from the number or bool
+    the config file has (`base`: composed with the same group choices, without the values)."""
     for key in keys:
         default = OmegaConf.select(base, key, default=None, throw_on_resolution_failure=False)
         given = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        wanted, got = kind(default), kind(given)
+        wanted, got = value_kind(default), value_kind(given)
         if wanted not in ("number", "bool") or got is None or got == wanted:
             continue
         if got in ALSO.get(key, ()):
@@ -118,12 +109,12 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
 
 
 def _check_ranges(cfg: DictConfig) -> None:
-    """Each key of RANGES that the config holds (and is not null) lies in its range."""
+    """Refuse a value of a RANGES key outside its range."""
     for key, (low, whole, why) in RANGES.items():
         value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         if value is None or (isinstance(value, str) and value.startswith("${")):
             continue
-        if kind(value) != "number" or (whole and not float(value).is_integer()):
+        if value_kind(value) != "number" or (whole and not float(value).is_integer()):
             noun = "a whole number" if whole else "a number"
             raise ConfigError(key, value, f"must be {noun}; {why}")
         if value < low:
@@ -131,7 +122,7 @@ def _check_ranges(cfg: DictConfig) -> None:
 
 
 def _check_flags(cfg: DictConfig) -> None:
-    """The `+flag=true` switches the harness reads (FLAGS): true or false."""
+    """Refuse a FLAGS switch that is not true or false."""
     for name in FLAGS:
         value = cfg.get(name, False)
         if not isinstance(value, bool):
@@ -139,8 +130,7 @@ def _check_flags(cfg: DictConfig) -> None:
 
 
 def _check_across(cfg: DictConfig) -> None:
-    """The rules between parts: the tokenizer and the data that reads it, the model's positions and the data's
-    length."""
+    """The rules between parts: the tokenizer and the data reading it, the model's positions and the data's length."""
     kind_of = (cfg.get("tokenizer") or {}).get("kind", "char")
     if kind_of != "char" and "tokenizer" not in cfg.data:
         raise ConfigError(
@@ -160,8 +150,8 @@ def _check_across(cfg: DictConfig) -> None:
 
 
 def validate(cfg: DictConfig, devices: bool = True) -> None:
-    """Raise ConfigError on the first bad value of the composed config. `devices`: also hold the trainer's
-    devices against this machine (the door leaves that to the job when a cluster launcher runs it elsewhere)."""
+    """Raise ConfigError on the composed config's first bad value. `devices`: also check the trainer's devices
+    against this machine."""
     for key in missing_keys(cfg):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")

@@ -1,6 +1,5 @@
-"""Checkpoints: which one `ckpt_path` names (`last` found), whether it may resume this run (its mode, its model's
-shapes, loaded weights-only), and what a bit-for-bit resume needs beyond Lightning's own state (the random
-generators, the train loader's position), saved at every checkpoint; the final weights always saved."""
+"""Checkpoints: which one `ckpt_path` names, whether it may resume this run (mode, shapes, optimizer),
+`ResumeState` for a bit-for-bit resume, and `FinalCheckpoint` for the final weights."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def find_checkpoint(ckpt_path: str, run_dir: Path, log_dir) -> str:
-    """`ckpt_path` itself, or for `last` the newest checkpoints/last.ckpt of an earlier run in the one place runs
-    are kept: `log_dir` (paths.log_dir)/runs/<date>/<time>. Said in one line when there is none."""
+    """`ckpt_path`, or for `last` the newest runs/<date>/<time>/checkpoints/last.ckpt under `log_dir`."""
     from harness.errors import ConfigError
 
     if ckpt_path != "last":
@@ -40,8 +38,7 @@ def find_checkpoint(ckpt_path: str, run_dir: Path, log_dir) -> str:
 
 
 def _checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
-    """The run dir a checkpoint was saved in (<run dir>/checkpoints/<name>.ckpt) and that run's mode, read from
-    its .hydra/config.yaml or verdict.json; None where neither says (a checkpoint copied out of its run)."""
+    """The run dir a checkpoint was saved in and that run's mode (None where neither says)."""
     from omegaconf import OmegaConf
 
     run = Path(ckpt_path).absolute().parent.parent
@@ -56,9 +53,7 @@ def _checkpoint_origin(ckpt_path: str) -> tuple[Path, str | None]:
 
 
 def check_resume_mode(cfg, run_dir: Path) -> str | None:
-    """The checkpoint mode=full resumes from (ckpt_path, `last` found), refused in one line when another mode's run
-    saved it (an overfit run's last.ckpt is the newest after an overfit run) unless +resume_any_mode=true, and
-    named on the console with its run and mode; None without ckpt_path or outside mode=full."""
+    """The checkpoint mode=full resumes from, refused if another mode saved it; None outside a resume."""
     from harness.errors import ConfigError
 
     if cfg.ckpt_path is None or cfg.mode.name != "full":
@@ -77,17 +72,13 @@ def check_resume_mode(cfg, run_dir: Path) -> str | None:
 
 
 def interrupted_here(run_dir: Path) -> str | None:
-    """checkpoints/last.ckpt of `run_dir` itself when its verdict.json says the run stopped part-way (INTERRUPTED,
-    RANK_LOST, RANK_STALLED): the job is running again in the dir it was stopped in (the submitit launcher requeues
-    a job stopped at SLURM's time limit into the same job dir, torchrun --max-restarts starts its ranks again, or a
-    user reruns with hydra.run.dir=<that dir>), so it continues from there; else None."""
+    """`run_dir`'s own last.ckpt where its verdict says the run stopped part-way; else None."""
     last = run_dir / "checkpoints" / "last.ckpt"
     return str(last) if last.is_file() and status_in(run_dir) in STOPPED else None
 
 
 def read_checkpoint(ckpt_path: str) -> dict:
-    """The checkpoint, loaded weights-only (a checkpoint cannot run code), refused in one line when it is not a
-    readable Lightning checkpoint."""
+    """The checkpoint loaded weights-only (it cannot run code); a ConfigError where it is not a readable one."""
     from harness.errors import ConfigError
 
     if Path(ckpt_path).is_dir():  # trainer=fsdp with save_distributed_checkpoint=true: one file a rank
@@ -111,8 +102,7 @@ def read_checkpoint(ckpt_path: str) -> dict:
 
 
 def load_checked(ckpt_path: str, ours: dict, fix: str, checkpoint: dict | None = None) -> dict:
-    """The checkpoint's state_dict (read_checkpoint, unless given), refused in one line naming the first tensor
-    whose name or shape differs from `ours` (a state_dict); `fix` ends the line."""
+    """The checkpoint's state_dict, refused naming the first tensor whose name or shape differs from `ours`."""
     from harness.errors import ConfigError
 
     state = (checkpoint or read_checkpoint(ckpt_path))["state_dict"]
@@ -129,9 +119,7 @@ def load_checked(ckpt_path: str, ours: dict, fix: str, checkpoint: dict | None =
 
 
 def _check_optimizer(ckpt_path: str, checkpoint: dict, optimizer, scheduler) -> None:
-    """Refuse, in one line, a checkpoint whose optimizer or schedule state is not the kind this run builds (an
-    AdamW state resumed with optim=sgd has no momentum: Lightning would fail inside its first step). The same
-    optimizer and schedule class with other values resumes: their values are the config's from then on."""
+    """Refuse a checkpoint whose optimizer or schedule state is not the kind this run builds."""
     from harness.errors import ConfigError
 
     saved = checkpoint.get("optimizer_states") or []
@@ -159,8 +147,7 @@ def _check_optimizer(ckpt_path: str, checkpoint: dict, optimizer, scheduler) -> 
 
 @dataclass(frozen=True)
 class Resumed:
-    """The checkpoint a run resumes from: its path, its global step, whether the validation due at that step is
-    still to run, and whether it was saved in this run's own dir (whose metrics.csv the run continues)."""
+    """The checkpoint a run resumes from: path, step, validation owed, saved in this run's own dir."""
 
     path: str
     step: int
@@ -169,8 +156,8 @@ class Resumed:
 
 
 def resumption(ckpt_path: str | None, run_dir: Path, module, log_dir) -> Resumed | None:
-    """The checkpoint to resume from (`last` found under `log_dir`), loaded weights-only and checked against the
-    model's shapes and the optimizer and schedule `module` builds; None without one."""
+    """The checkpoint to resume from, checked against `module`'s shapes, optimizer and schedule; None without
+    one."""
     if ckpt_path is None:
         return None
     path = find_checkpoint(ckpt_path, run_dir, log_dir)
@@ -187,9 +174,7 @@ def resumption(ckpt_path: str | None, run_dir: Path, module, log_dir) -> Resumed
 
 
 class FinalCheckpoint(pl.Callback):
-    """Saves `path` at the end of the run's last step when the periodic checkpoint (every `every` steps) did
-    not: the final weights are always there, saved at the same point of a step as the periodic ones, so they
-    resume the same way (bit for bit)."""
+    """Saves `path` at the end of the last step where the periodic checkpoint (every `every` steps) did not."""
 
     def __init__(self, path: Path, every: int):
         self.path, self.every = path, every
@@ -202,11 +187,7 @@ class FinalCheckpoint(pl.Callback):
 
 
 class ResumeState(pl.Callback):
-    """Puts into every checkpoint what resuming needs beyond Lightning's own state: the random generators and the
-    train loader's position (see harness.data.sampler), so that it goes on bit for bit; the last step's loss and
-    learning rate and the latest validation's metrics, so that a run resumed at its last step ends with the same
-    verdict; and whether the validation due at the checkpoint's step is still to run (a checkpoint saved at a step's
-    end, or during that validation), so that the resumed run runs it rather than skipping it, as Lightning would."""
+    """Puts into every checkpoint what a bit-for-bit resume needs beyond Lightning's own state."""
 
     def __init__(self):
         self.owed = False  # the validation due at this step's end has not ended yet
@@ -226,6 +207,7 @@ class ResumeState(pl.Callback):
         self.owed, self.before_validation = False, None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        # generators, loader position, last loss and lr, validation metrics, a validation owed
         checkpoint["rng"] = self.before_validation or rng_state()
         checkpoint["harness"] = {
             "final_loss": pl_module.final_loss(),
@@ -244,5 +226,5 @@ class ResumeState(pl.Callback):
         if kept.get("validation_owed"):
             if checkpoint["global_step"] < trainer.max_steps:
                 validate_on_restart(checkpoint)
-            else:  # Lightning does nothing at all when resumed at max_steps
+            else:  # Lightning does nothing at all when resumed at max_steps (it would skip the validation)
                 self.validate_after_fit = True

@@ -1,6 +1,5 @@
-"""mode=full, real training: the regime object harness.tasks.training asks what differs by mode (the data the trainer
-sees, its callbacks, how the run is judged, its summary line); mode=overfit's is harness.train.overfit.Overfit.
-harness.config.schema.MODES names both."""
+"""mode=full, real training: `Full`, the mode object harness.tasks.training asks what differs by mode (data,
+callbacks, judging, summary line), as overfit.Overfit is for mode=overfit."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from harness.train.checkpoints import FinalCheckpoint
 
 
 class Full:
-    """mode=full: real training on shuffled batches, validation, checkpoints (best by val/loss, last
-    every mode.ckpt_every steps); the run is DONE when its steps are."""
+    """mode=full: shuffled batches, validation, checkpoints; DONE when its steps are."""
 
     name = "full"
 

@@ -1,6 +1,5 @@
-"""A signal during training (harness.signals holds the gates for every other moment): the step in progress
-finishes and is checkpointed, then the run stops with an INTERRUPTED verdict; a second signal stops it at once.
-Under DDP the ranks decide together, every step."""
+"""A signal during training: `StopOnSignal` lets the step in progress finish and be checkpointed, then stops
+the run with an INTERRUPTED verdict; a second signal stops it at once. Other moments: harness.signals."""
 
 from __future__ import annotations
 
@@ -16,10 +15,7 @@ log = logging.getLogger(__name__)
 
 
 class StopOnSignal(SignalGate, pl.Callback):
-    """SIGINT, SIGTERM and SIGUSR2 during a training step finish it, save a checkpoint, then stop the run by
-    raising Interrupted; anywhere else in the job (data generation, the preflight, judging, plots) they raise
-    Interrupted at once (harness.signals.SignalGate), and so does a second signal during a step. Under DDP the
-    ranks decide together, every step."""
+    """A signal finishes the step, checkpoints, then raises Interrupted; a second one raises at once."""
 
     def __init__(self, checkpoint: Path):
         SignalGate.__init__(self)
@@ -28,14 +24,11 @@ class StopOnSignal(SignalGate, pl.Callback):
         self.phase = "start-up"
 
     def hand_on(self) -> None:
-        """Once the run stopped for a signal has saved last.ckpt and its verdict (call after restore()): pass the
-        signal on to the handler that was there before ours, if that is a Python function. On a job of the
-        submitit launcher (hydra/launcher=slurm or local) it is submitit's, which requeues the job when
-        hydra.launcher.max_num_timeout allows and exits; the job starts again in the same run dir and continues
-        from that checkpoint (harness.tasks.training). Elsewhere (Ctrl-C, a plain kill, harness's own gates of train.py and
-        of sweeps, which act on the verdict instead) nothing is called."""
+        """After the stopped run saved its checkpoint and verdict: pass the signal on to the handler before
+        ours."""
         if self.received is None:
             return
+        # under the submitit launcher it is submitit's, which requeues the job into the same run dir
         handler = signal.getsignal(self.received)
         if not callable(handler) or handler is signal.default_int_handler or gate_of(handler) is not None:
             return

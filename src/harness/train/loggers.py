@@ -1,13 +1,5 @@
-"""Loggers: metrics.csv in the run dir always, plus one experiment tracker per entry under `logger`.
-
-Each option of conf/logger/ puts itself under its own key (`# @package logger.<name>`), so `logger=[tensorboard,
-wandb]` selects several and they compose side by side: `logger: {tensorboard: {...}, wandb: {...}}`. The built-in
-trackers are csv (none: metrics.csv alone), tensorboard, wandb and mlflow; an entry of a fork's own with a
-`_target_` (e.g. `pytorch_lightning.loggers.CometLogger`) is instantiated as it is. Every tracker gets the composed
-config, flattened (`model.d_model`, `optim.lr`), as its hyperparameters, and the top-level `tags`.
-
-wandb is imported only when chosen, after WANDB_MODE is set, so an offline run never touches the network; mlflow
-writes a SQLite store in the run dir unless given a tracking_uri."""
+"""The loggers: `build_loggers` (metrics.csv always, via `MetricsCSV`, plus a tracker per `logger` entry, each
+given the flat config and `tags`) and `finish_loggers`."""
 
 from __future__ import annotations
 
@@ -28,16 +20,14 @@ from harness.compat import rewrite_csv_header, tensorboard_file_writer
 from harness.errors import ConfigError
 from harness.ranks import global_rank
 
+# each conf/logger/ option sits under its own key (`# @package logger.<name>`): logger=[tensorboard,wandb] composes
 TRACKERS = ("csv", "tensorboard", "wandb", "mlflow")
 #: the metrics TensorBoard's HPARAMS tab sets beside each run's hyperparameters (read from the run's scalars)
 HP_METRICS = ("train/loss", "val/loss")
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path, resumed=None) -> list[Logger]:
-    """CSV into `run_dir/metrics.csv`, then a tracker for each entry of `cfg.logger` (the `logger` config group),
-    each given the composed config as hyperparameters and `cfg.tags`. `resumed` (a
-    harness.train.checkpoints.Resumed, or None): metrics.csv is appended to, less the rows of the steps the run
-    does again when it resumes from a checkpoint of its own dir."""
+    """metrics.csv, then a tracker per entry of `cfg.logger`; `resumed`: metrics.csv continued."""
     redo = (resumed.step, resumed.owed) if resumed is not None and resumed.here else None
     # flushed at every logged step: a run that dies midway leaves everything logged until then
     loggers: list[Logger] = [
@@ -91,8 +81,7 @@ def _build_tracker(name: str, node: DictConfig, run_dir: Path, tags: list[str]) 
 
 
 def wandb_logger(node: DictConfig, run_dir: Path, tags: list[str]) -> Logger:
-    """wandb, offline unless told; the run id kept in `run_dir/wandb/run_id`, so a job started again in the same
-    run dir (a requeued SLURM job resuming from its last.ckpt) continues the same wandb run."""
+    """wandb, offline unless told; its run id kept in `run_dir/wandb/run_id` for a job restarted there."""
     os.environ["WANDB_MODE"] = node.mode  # before wandb is imported: offline means no network at all
     os.environ.setdefault("WANDB_SILENT", "true")
     from pytorch_lightning.loggers import WandbLogger
@@ -118,16 +107,14 @@ def wandb_logger(node: DictConfig, run_dir: Path, tags: list[str]) -> Logger:
 
 
 def mlflow_logger(node: DictConfig, run_dir: Path, tags: list[str]) -> Logger:
-    """MLflow without a server: a SQLite store in the run dir (`sqlite:///<run dir>/mlflow.db`, artifacts in
-    `<run dir>/mlartifacts`) unless given a tracking_uri. Not MLflow's `file:` store: MLflow 3 refuses it unless
-    told otherwise, and it cannot hold a metric whose name extends another's (the probes log logit/p_correct
-    and logit/p_correct/example_0). The run id is kept in `run_dir/mlflow_run_id`, so a job started again in
-    the same run dir continues the same MLflow run."""
+    """MLflow in a SQLite store in the run dir unless given a tracking_uri; the run id kept as wandb's is."""
     os.environ.setdefault(
         "MLFLOW_LOGGING_LEVEL", "WARNING"
     )  # before mlflow is imported: no lines per table made
     from pytorch_lightning.loggers import MLFlowLogger
 
+    # not MLflow's `file:` store: MLflow 3 refuses it, and it cannot hold a metric whose name extends another's
+    # (the probes log logit/p_correct and logit/p_correct/example_0)
     kept = run_dir / "mlflow_run_id"
     logger = MLFlowLogger(
         experiment_name=node.experiment,
@@ -160,8 +147,7 @@ def hyperparameters(cfg: DictConfig) -> dict:
 
 
 class TensorBoard(TensorBoardLogger):
-    """Lightning's TensorBoardLogger, whose hyperparameters reach TensorBoard's HPARAMS tab without a made-up
-    `hp_metric`: they are shown beside the run's own train/loss and val/loss."""
+    """Lightning's TensorBoardLogger, HPARAMS shown beside train/loss and val/loss (no `hp_metric`)."""
 
     def __init__(self, save_dir: Path, name: str, version: str):
         super().__init__(save_dir=save_dir, name=name, version=version, default_hp_metric=False)
@@ -181,19 +167,11 @@ class TensorBoard(TensorBoardLogger):
 
 
 class MetricsWriter(ExperimentWriter):
-    """Lightning's metrics.csv, same layout (a column per key, sorted; a row per log call; the file rewritten
-    when a key is new), written at a cost per row of the row's own keys rather than of the file's width.
-
-    The probes make the file wide and sparse (~1,000 columns for a small model, most empty in a given row):
-    Lightning's DictWriter visits every column of every row in Python, and opens the file at every save
-    (every logged step here): more than most probes cost a tiny model (docs/performance.md). Here a row is a copy of
-    a blank row with its own keys filled in, appended to a file kept open and flushed at every save (a
-    killed run keeps every row saved). Floats are written with 9 significant digits, which give back every
-    float32 exactly (what metrics are computed in), cheaper than Python's 17."""
+    """Lightning's metrics.csv, same layout, at a cost per row of its own keys; floats to 9 significant
+    digits."""
 
     def __init__(self, log_dir: str, keep: bool = False, redo: tuple[int, bool] | None = None):
-        """`keep`: a resumed run appends to the metrics.csv already in `log_dir` (Lightning would delete it);
-        `redo` (step, validation owed): the rows of the steps it does again are dropped first (drop_redone)."""
+        """`keep`: append to the metrics.csv there; `redo` (step, validation owed): rows done again dropped."""
         path = Path(log_dir) / self.NAME_METRICS_FILE
         aside = path.with_name(path.name + ".resumed")
         if keep and path.is_file():
@@ -235,6 +213,8 @@ class MetricsWriter(ExperimentWriter):
         if self.file is None:
             self.file = open(self.metrics_file_path, "a", newline="")  # noqa: SIM115 -- kept open: see close
             self.writer = csv.writer(self.file)
+        # the probes make the file wide and sparse (~1,000 columns, most empty): a copy of a blank row with its
+        # keys filled in, appended to a file kept open, where Lightning's DictWriter visits every column
         blank = [""] * len(self.column)
         rows = []
         for metrics in self.metrics:
@@ -253,10 +233,7 @@ class MetricsWriter(ExperimentWriter):
 
 
 def drop_redone(path: Path, step: int, owed: bool) -> None:
-    """metrics.csv less the rows a run resumed from its checkpoint at global step `step` logs again: every row of
-    step `step` or later (the steps after the checkpoint, each row's step being the one it was logged at), and
-    with the validation at the checkpoint's step `owed` (run again when resumed), that validation's row (logged at
-    step - 1). A row cut short by a hard kill goes too: what is left is the uninterrupted run's file so far."""
+    """Rewrite metrics.csv less what a run resumed at `step` logs again, and a row a kill cut short."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, kept = rows[:1], []
@@ -277,9 +254,7 @@ def drop_redone(path: Path, step: int, owed: bool) -> None:
 
 
 class MetricsCSV(CSVLogger):
-    """Lightning's CSVLogger writing through MetricsWriter (metrics.csv and hparams.yaml in the run dir);
-    `keep`: a resumed run's rows are appended to those already there, less those of the steps it does again
-    (`redo`: the checkpoint's step and whether its validation is owed)."""
+    """Lightning's CSVLogger writing through MetricsWriter; `keep` and `redo` as MetricsWriter's."""
 
     def __init__(self, *args, keep: bool = False, redo: tuple[int, bool] | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,5 +1,5 @@
-"""The LightningModule: any Model contract, the configured loss (harness.ops.loss) weighed per token over the whole
-optimizer step (harness.train.step_loss), optimizer and schedule, the metrics of a verdict."""
+"""The LightningModule, `HarnessModule`: any Model trained on the configured loss weighed per token over the
+step (step_loss.py), with its optimizer, schedule and metrics; `position_stats`."""
 
 from __future__ import annotations
 
@@ -20,18 +20,9 @@ log = logging.getLogger(__name__)
 
 
 def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Float[stat, b, time], detached, at every position: p(target), the entropy (nats), the top-1 mass, and
-    whether the target is the one most probable token (0/1; another token of equal probability makes it
-    wrong, so a constant output never scores).
-
-    Six passes over the vocabulary and one tensor the logits' size (two where they are not float32: a float32
-    copy), on every logged step and on every step the logit-mass probe (harness.probes.tokens.logits) logs: the top
-    logit, e = exp(logit - top) written and summed, the most probable other token (the target's entry
-    overwritten), and Σ e·logit taken in place. Everything else
-    follows from them: p = e / Σe, the top-1 mass 1 / Σe, the entropy log-sum-exp - E_p[logit] with log-sum-exp
-    = top + log Σe. No softmax (a second tensor), no max or argmax (on the CPU far slower than an amax), no
-    product tensor for the dot product (a batched matrix product of one row is slower still); absolute error
-    ~1e-7 x the logits' size."""
+    """Float[stat, b, time], detached: p(target), entropy, top-1 mass, target alone most probable (0/1)."""
+    # six passes over the vocabulary, one tensor the logits' size: p = e/Σe, top-1 = 1/Σe, entropy = lse - E_p[logit];
+    # no softmax (a second tensor), no max/argmax or product tensor (slower on CPU); error ~1e-7 x the logits' size
     with torch.no_grad():
         logits = logits.detach().float()
         top = logits.amax(dim=-1, keepdim=True)
@@ -50,23 +41,21 @@ def position_stats(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def step_stats(outputs: dict, batch: dict) -> torch.Tensor:
-    """The training step's position_stats, computed once from the logits it returned and kept in `outputs`:
-    the logit-mass probe and the module's own logging, both at the end of the step, share one pass."""
+    """The training step's position_stats, computed once and kept in `outputs` for the module and the probes."""
     if outputs.get("position_stats") is None:
         outputs["position_stats"] = position_stats(outputs["logits"], batch["targets"])
     return outputs["position_stats"]
 
 
 def _masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-    """Accuracy and p(correct) (mean probability of the target) over the masked positions, from position_stats."""
+    """Accuracy and p(correct) (the target's mean probability) over the masked positions, from position_stats."""
     mask = loss_mask.float()
     total = mask.sum()
     return {"acc": (stats[3] * mask).sum() / total, "p_correct": (stats[0] * mask).sum() / total}
 
 
 class HarnessModule(pl.LightningModule):
-    """Trains `model` on Batch dicts {input_ids, targets, loss_mask}; logs loss, acc and p_correct
-    under train/ and val/. The model holds architecture only: everything else lives here or in probes."""
+    """Trains `model` on Batch dicts; logs loss, acc and p_correct under train/ and val/."""
 
     def __init__(
         self,
@@ -77,9 +66,7 @@ class HarnessModule(pl.LightningModule):
         total_steps: int = 1,
         compile: bool | str = False,
     ):
-        """`loss`: the training objective (harness.ops.loss.loss_of(cfg); None: cross entropy). `optimizer`: called
-        with the parameter groups (the `optim` config, built `_partial_`; None: AdamW at 3e-3). `schedule`: called
-        as schedule(optimizer, total_steps=total_steps) (None: a constant rate)."""
+        """`loss`, `optimizer`, `schedule`: from the config; None: cross entropy, AdamW, constant rate."""
         super().__init__()
         self.model = model
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
@@ -100,8 +87,7 @@ class HarnessModule(pl.LightningModule):
 
     @property
     def last_loss(self) -> torch.Tensor | None:
-        """The latest optimizer step's loss, detached: the mean over every masked position of its micro-batches on
-        every rank (the same on each); None before the first step."""
+        """The latest optimizer step's loss, detached, the same on every rank; None before the first step."""
         return self.step_loss.value
 
     @last_loss.setter
@@ -109,15 +95,15 @@ class HarnessModule(pl.LightningModule):
         self.step_loss.value = value
 
     def final_loss(self) -> float | None:
-        """The latest training step's loss as a float (one host sync); None before the first step."""
+        """The latest step's loss as a float (one host sync); None before the first step."""
         return None if self.last_loss is None else self.last_loss.item()
 
     def data_parallel(self) -> tuple[int, int]:
-        """(ranks whose gradients are averaged, micro-batches a step accumulates): what a step is split into."""
+        """(ranks whose gradients are averaged, micro-batches a step accumulates)."""
         return self.trainer.world_size, self.trainer.accumulate_grad_batches
 
     def loss_and_metrics(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        """The loss of a forward pass of the plain model, and its metrics {loss, acc, p_correct}."""
+        """The plain model's loss on `batch`, and its metrics {loss, acc, p_correct}."""
         logits = self.model(batch["input_ids"])
         loss = self.loss(logits, batch["targets"], batch["loss_mask"])
         stats = position_stats(logits, batch["targets"])
@@ -135,9 +121,8 @@ class HarnessModule(pl.LightningModule):
         return {"loss": loss, "logits": logits.detach()}
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
-        """The step, its last micro-batch's backward followed by the step's normalization (StepLoss.normalize):
-        inside the closure, so before any callback's on_before_optimizer_step (the non-finite guard, the
-        probes), gradient clipping and the update read the gradients."""
+        """The step, its gradients normalized (StepLoss.normalize) inside the closure, before anything reads
+        them."""
 
         def closure():
             result = optimizer_closure()
@@ -188,8 +173,7 @@ class HarnessModule(pl.LightningModule):
         )
 
     def configure_model(self) -> None:
-        """Under a sharding strategy (harness.train.distributed.sharding.FSDP), shard the model: Lightning calls this once the
-        ranks exist, before the optimizer is built over the sharded parameters. Any other strategy: nothing."""
+        """Under a sharding strategy (sharding.FSDP), shard the model before the optimizer is built."""
         shard = getattr(self.trainer.strategy, "shard", None) if self._trainer is not None else None
         if shard is not None:
             shard(self.model)

@@ -1,13 +1,13 @@
-"""Non-finite values stop a run at the step they appear: the guard checks the gradients the optimizer is about to
-apply, skips that update and names the first module (or parameter) at fault."""
+"""Non-finite values stop a run at their step: `NonFiniteGuard` checks the gradients about to be applied,
+skips that update and raises `NonFinite` naming the first module or parameter at fault."""
 
 from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
 
+from harness.train.distributed.shard_sums import any_sharded
 from harness.train.distributed.shard_sums import norms as whole_norms
-from harness.train.distributed.shard_sums import sharded
 
 
 class NonFinite(Exception):
@@ -19,7 +19,7 @@ class NonFinite(Exception):
 
 
 def first_nonfinite_module(model: torch.nn.Module, input_ids: torch.Tensor) -> str | None:
-    """Re-run the forward pass with hooks and name the first module whose output is not finite."""
+    """The first module whose output is not finite, found by re-running the forward pass with hooks."""
     found: list[str] = []
 
     def watch(name):
@@ -44,9 +44,8 @@ def first_nonfinite_module(model: torch.nn.Module, input_ids: torch.Tensor) -> s
 
 
 class NonFiniteGuard(pl.Callback):
-    """Checks the gradients the optimizer is about to apply, in one fused reduction (one host sync a
-    step, no anomaly mode). On a NaN or inf it names the first module or parameter at fault, skips
-    the update (the weights stay the last good ones) and stops the run by raising NonFinite."""
+    """Checks the gradients about to be applied (one sync a step); on a NaN or inf, skips the update, raises
+    NonFinite."""
 
     def __init__(self):
         self.batch = None
@@ -60,7 +59,7 @@ class NonFiniteGuard(pl.Callback):
         self.named = list(pl_module.named_parameters())  # once: walking the module tree each step is not free
         # under sharding each rank holds a slice of every gradient: the norms are the whole gradients', summed
         # across ranks (one all-reduce a step), so that every rank sees the same NaN and stops at the same step
-        self.sharded = sharded(p for _, p in self.named)
+        self.sharded = any_sharded(p for _, p in self.named)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batch = batch

@@ -1,9 +1,5 @@
-"""The optimizer's parameter groups and the learning-rate schedules, as the `optim` and `schedule` configs
-build them.
-
-An `optim` config is a `_partial_` optimizer (`torch.optim.AdamW`, `torch.optim.SGD`, or a fork's own):
-harness calls it with the parameter groups. A `schedule` config is a `_partial_` callable called as
-`schedule(optimizer, total_steps=...)` that returns a torch LR scheduler, stepped once per optimizer step."""
+"""The optimizer's `parameter_groups` and the learning-rate `schedule`: `optim` and `schedule` configs are
+`_partial_`s, called with the groups and as schedule(optimizer, total_steps=...)."""
 
 from __future__ import annotations
 
@@ -16,15 +12,12 @@ from torch import nn
 
 
 def embedding_weights(model: nn.Module) -> set[int]:
-    """The ids of the token (and position) embeddings' weights: tensors read row by row, not as matrices."""
+    """The ids of the embeddings' weights: tensors read row by row, not as matrices."""
     return {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
 
 
 def parameter_groups(model: nn.Module) -> list[dict]:
-    """Two groups: the weights of matrices and convolutions, decayed as the optimizer's `weight_decay`
-    says; and norms, biases and embeddings, never decayed (shrinking a norm's gain or an embedding row
-    towards 0 is not regularization, the GPT-2/nanoGPT rule). A tensor tied to two modules counts once,
-    as an embedding when it is one."""
+    """Matrices and convolutions decayed; norms, biases and embeddings never (a tied tensor counts once)."""
     embedded = embedding_weights(model)
     decay, keep = [], []
     for _, p in model.named_parameters():  # named_parameters yields a tied tensor once
@@ -37,21 +30,18 @@ def parameter_groups(model: nn.Module) -> list[dict]:
 def optimizer_and_schedule(
     optimizer: Callable, schedule: Callable | None, model: nn.Module, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
-    """The `optim` config's optimizer over `model`'s parameter groups, and the `schedule` config's scheduler on it
-    (None without one): how the run builds them, and how the door tries them (harness.tasks.try_build)."""
+    """The `optim` config's optimizer over `model`'s groups, and the `schedule` config's scheduler (or None)."""
     made = optimizer(parameter_groups(model))
     return made, None if schedule is None else schedule(made, total_steps=total_steps)
 
 
 def adamw(lr: float = 3e-3, **kwargs) -> Callable:
-    """The optimizer a LightningModule gets when no `optim` config is given (benches, tests)."""
+    """The optimizer a LightningModule gets without an `optim` config (benches, tests)."""
     return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **kwargs)
 
 
 def multiplier(step: int, shape: str, warmup_steps: int, total_steps: int, floor: float) -> float:
-    """The learning rate at optimizer step `step` as a fraction of its peak: a linear warmup over
-    `warmup_steps` from 1/warmup_steps to 1, then `shape` (constant | cosine | linear) down to `floor`
-    at `total_steps`, and `floor` after it."""
+    """The learning rate at `step` as a fraction of its peak: warmup, then `shape` down to `floor`."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if shape == "constant":
@@ -68,8 +58,7 @@ def schedule(
     warmup_steps: int = 0,
     min_lr: float | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR over `multiplier`; `min_lr` (absolute) is where cosine and linear end, None: a tenth of
-    the peak."""
+    """A LambdaLR over `multiplier`; `min_lr` (absolute) ends cosine and linear, None: a tenth of the peak."""
     from harness.train.rules import check_schedule
 
     peak = optimizer.param_groups[0]["lr"]

@@ -1,7 +1,5 @@
-"""Overfit mode (practice P3, P4): memorize the first n training examples, re-seeded every step.
-
-The train loader yields the same batch of all n examples at every step; validation runs on the same n.
-The run stops as soon as the training loss reaches the achievable floor plus `mode.target_loss`."""
+"""mode=overfit (practice P3, P4): `Overfit` memorizes the first n training examples, one batch every step,
+re-seeded, until the loss reaches `achievable_floor` + target_loss."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ log = logging.getLogger(__name__)
 
 
 class Head(Dataset):
-    """The first `n` examples of a dataset, with their source records. A map-style dataset is read again at every
-    step (its own randomness, re-seeded, stays on); a stream's first n items are kept as it yielded them."""
+    """The first `n` examples of a dataset, with their records; a stream's first n kept as it yielded them."""
 
     def __init__(self, dataset, n: int):
         self.dataset, self.n = dataset, n
@@ -31,7 +28,7 @@ class Head(Dataset):
 
     @property
     def available(self) -> int:
-        """Examples the dataset holds, as far as the first n: fewer than n where it is smaller."""
+        """Examples the dataset holds, up to n."""
         return min(self.n, len(self.dataset) if self.kept is None else len(self.kept))
 
     def __len__(self) -> int:
@@ -93,14 +90,7 @@ class OverfitData(pl.LightningDataModule):
 
 
 def achievable_floor(batch: dict) -> float:
-    """The lowest mean loss every correct causal model can reach on `batch`.
-
-    Where two masked positions share their whole context (input_ids[:t+1]) but differ in target, no
-    model can tell them apart: the best it can do is the empirical distribution of those targets.
-    A context that is one token repeated (`aaaa`) counts as one context whatever its length: a model
-    with relative positions only (RoPE, ALiBi, none) and no start token sees identical values at every
-    key, so every attention average, and the output, is the same at each position of that run.
-    The floor is the mean over masked positions of -log p_empirical(target | context)."""
+    """The lowest mean loss any correct causal model can reach on `batch`: -log p_empirical(target | context)."""
     ids, targets, mask = (batch[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
     counts: dict[tuple, Counter] = defaultdict(Counter)
     positions = [
@@ -115,13 +105,12 @@ def achievable_floor(batch: dict) -> float:
 
 
 def _distinguishable(context: list[int]) -> tuple:
-    """What any causal model can know of a context: all of it, except the length of a run of one token."""
+    """What a causal model can know of a context: all of it, but the length of a run of one token."""
     return ("run", context[0]) if len(set(context)) == 1 else tuple(context)
 
 
 class Reseed(pl.Callback):
-    """Seeds every source of randomness with the same seed before each training and validation step,
-    so dropout and any random masking stay on but are identical step to step (practice P3)."""
+    """Seeds every source of randomness before each training and validation step (practice P3)."""
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -163,8 +152,7 @@ class StopAtTarget(pl.Callback):
 def evaluate(
     module: pl.LightningModule, batch: dict, training: bool = False, seed: int | None = None
 ) -> dict:
-    """loss, acc and p_correct of `module` on `batch`, as floats: in eval mode, or in train mode re-seeded
-    with `seed` first (as an overfit step sees it)."""
+    """{loss, acc, p_correct} of `module` on `batch`: in eval mode, or in train mode re-seeded with `seed`."""
     if seed is not None:
         seed_all(seed)
     with training_mode(module, training):
@@ -177,34 +165,29 @@ HIGH_DROPOUT = 0.5
 
 
 def _scores_without_dropout(module: pl.LightningModule, batch: dict, seed: int) -> tuple[dict, float]:
-    """evaluate() in train mode with every dropout keeping every unit (re-seeded with `seed`), and the highest
-    dropout rate the forward would have used (0.0: none)."""
+    """evaluate() in train mode with every dropout off, and the highest dropout rate the forward asked for."""
     rates: list[float] = []
     with without_dropout(rates):
         scores = evaluate(module, batch, training=True, seed=seed)
     return scores, max(rates, default=0.0)
 
 
-def worse(evaluated: dict, reference: dict) -> bool:
-    """Accuracy lower by more than 0.1, or a loss more than doubled and 0.1 higher."""
+def _scores_worse(evaluated: dict, reference: dict) -> bool:
+    """Whether `evaluated` scores worse than `reference`: accuracy 0.1 lower, or loss doubled and 0.1 higher."""
     return evaluated["acc"] < reference["acc"] - 0.1 or evaluated["loss"] > max(
         2 * reference["loss"], reference["loss"] + 0.1
     )
 
 
 def eval_gap(train: dict, evaluated: dict, plain: dict | None = None, dropout: float = 0.0) -> str | None:
-    """What it means when the n memorized examples score worse in eval mode (`evaluated`) than in train mode
-    (`train`, re-seeded as a step); None when nothing is wrong.
-
-    Re-seeded dropout drops the same units at every step, so train mode's loss ends below eval mode's on any
-    correct model with dropout: a gap that dropout explains is no warning unless the rate is far too high
-    (`dropout`, the highest seen, at HIGH_DROPOUT or above) and the accuracy fell. A gap that remains in train
-    mode with dropout off (`plain`) is not dropout's: something else runs only in training (or only in eval)."""
+    """Why memorized examples score worse in eval than train mode, or None; `plain`: dropout off."""
     scores = (
         f"in eval mode the same examples score accuracy {evaluated['acc']:.2f} and loss "
         f"{evaluated['loss']:.4f}, against {{acc:.2f}} and {{loss:.4f}} in train mode{{how}}"
     )
-    if plain is not None and worse(evaluated, plain):
+    # re-seeded dropout drops the same units every step, so train mode ends below eval mode on any correct model
+    # with dropout: a gap is a warning only where dropout is off (`plain`) or far too high
+    if plain is not None and _scores_worse(evaluated, plain):
         return (
             scores.format(**plain, how=" with every dropout off")
             + ": something other than dropout runs only in training or only in eval: a branch on "
@@ -221,8 +204,7 @@ def eval_gap(train: dict, evaluated: dict, plain: dict | None = None, dropout: f
 
 
 class Overfit:
-    """mode=overfit: memorize the first n training examples (one batch, every step); PASS when the training
-    loss reaches the floor plus `mode.target_loss`. The mode object harness.tasks.training asks what differs by mode."""
+    """mode=overfit: PASS when the training loss reaches the floor plus `mode.target_loss`."""
 
     name = "overfit"
 

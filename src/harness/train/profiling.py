@@ -1,9 +1,5 @@
-"""debug=profiler's profiler (conf/debug/profiler.yaml): Lightning's SimpleProfiler, its report both saved in the
-run dir and printed.
-
-Lightning's own writes the report to a file when it is given one, and only logs it otherwise; a user who asks
-for a profile wants to read it at once and find it later, so this one does both. Printed through harness's
-logger: it shows whatever level Lightning's own loggers are held at (conf/train.yaml keeps them at WARNING)."""
+"""debug=profiler's profiler (conf/debug/profiler.yaml): `SimpleProfiler`, Lightning's, its report both saved
+in the run dir and printed through the harness's logger (Lightning's own does one or the other)."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ log = logging.getLogger(__name__)
 
 
 class SimpleProfiler(LightningSimpleProfiler):
-    """SimpleProfiler(dirpath, filename, extended): the report goes to `dirpath/<stage>-<filename>.txt` and to the
-    console (rank 0 alone; every rank writes its own file, suffixed with its local rank)."""
+    """Lightning's SimpleProfiler, its report saved as `dirpath/<stage>-<filename>.txt` and printed on rank 0."""
 
     def describe(self) -> None:
         summary = self.summary()

@@ -1,7 +1,5 @@
-"""The rules of the training parts' own keys (mode, optim, schedule, trainer, compile, the trackers), checked at
-the door before anything is built: their ranges, choices and the Trainer arguments the harness sets itself.
-Nothing here imports torch or Lightning (the door runs before those imports; torch only where a rule needs it).
-harness.tasks.validate runs them with the other parts' rules and the rules across keys."""
+"""The training keys' rules, checked at the door before anything is built: RANGES, `check(cfg)`, and OWNED,
+the Trainer arguments the harness sets. No torch or Lightning at import."""
 
 from __future__ import annotations
 
@@ -78,21 +76,20 @@ REFUSED = {"overfit_batches": "use mode=overfit n=... (memorize n examples, judg
 TRAINER_KEYS = {**{name: fix for name, (_, fix) in OWNED.items()}, **REFUSED}
 
 
-def owned(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> dict:
-    """The Trainer arguments of OWNED, with this run's values."""
+def harness_trainer_args(cfg: DictConfig, run_dir: Path, callbacks: list, loggers: list) -> dict:
+    """OWNED's Trainer arguments with this run's values."""
     run = SimpleNamespace(cfg=cfg, run_dir=run_dir, callbacks=callbacks, loggers=loggers)
     return {name: value(run) for name, (value, _) in OWNED.items()}
 
 
 def _check_trainer(cfg: DictConfig) -> None:
-    """No trainer key that harness sets itself or refuses (TRAINER_KEYS); a fast dev run only as debug=fdr,
-    which reports it as DEBUG rather than judging one batch a FAIL."""
+    """No trainer key the harness sets or refuses; fast_dev_run only as debug=fdr (reported as DEBUG)."""
     given = OmegaConf.to_container(cfg.trainer)  # unresolved: the value as the user wrote it
     for key, fix in TRAINER_KEYS.items():
         if key in given:
             raise ConfigError(f"trainer.{key}", given[key], f"harness sets it; {fix}")
-    judged = (cfg.get("debug") or {}).get("judge", True)
-    if given.get("fast_dev_run") and judged:
+    debug_judges = (cfg.get("debug") or {}).get("judge", True)
+    if given.get("fast_dev_run") and debug_judges:
         raise ConfigError(
             "trainer.fast_dev_run",
             given["fast_dev_run"],
@@ -101,7 +98,7 @@ def _check_trainer(cfg: DictConfig) -> None:
 
 
 def _check_compile(value) -> None:
-    """compile: false, true (torch.compile's default backend) or the name of a torch.compile backend."""
+    """compile: false, true (torch.compile's default backend) or a torch.compile backend's name."""
     if isinstance(value, bool):
         return
     if isinstance(value, str):
@@ -128,7 +125,7 @@ SCHEDULES = ("harness.train.optim.schedule",)
 
 
 def check_schedule(shape, warmup_steps, min_lr, peak: float) -> None:
-    """harness.train.optim.schedule's arguments: checked at the door (validate) and when the schedule is built."""
+    """harness.train.optim.schedule's arguments, checked at the door and when the schedule is built."""
     if shape not in SHAPES:
         raise ConfigError("schedule.shape", shape, f"choose one of {', '.join(SHAPES)}")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -146,8 +143,7 @@ REACH_SECONDS = 5.0
 
 
 def _wandb_key(host: str) -> bool:
-    """Whether wandb has an API key to log in to `host` with: WANDB_API_KEY, or an entry for the host in the netrc
-    file (`wandb login` writes ~/.netrc, or $NETRC)."""
+    """Whether wandb has an API key for `host`: WANDB_API_KEY, or a netrc entry (`wandb login` writes one)."""
     import netrc
 
     if os.environ.get("WANDB_API_KEY"):
@@ -160,8 +156,8 @@ def _wandb_key(host: str) -> bool:
 
 
 def _check_wandb(cfg: DictConfig) -> None:
-    """logger.wandb.mode is a choice; `online` needs an API key and a reachable server, or wandb fails late (after
-    the data and the preflight: "No API key configured", or a 90 s timeout then a traceback)."""
+    """logger.wandb.mode is a choice; `online` needs an API key and a reachable server (else wandb fails
+    late)."""
     node = (cfg.get("logger") or {}).get("wandb")
     if not isinstance(node, DictConfig):
         return
@@ -191,7 +187,7 @@ def _check_wandb(cfg: DictConfig) -> None:
 
 
 def check(cfg: DictConfig) -> None:
-    """The training parts' rules for a composed config (the ranges are harness.tasks.validate' to check)."""
+    """The training parts' rules for a composed config (harness.tasks.validate checks RANGES)."""
     schedule = cfg.get("schedule")
     if schedule is not None and schedule.get("_target_") in SCHEDULES:
         peak = (cfg.get("optim") or {}).get("lr", 0.0)
@@ -203,7 +199,7 @@ def check(cfg: DictConfig) -> None:
 
 
 def _check_watchdog(watchdog) -> None:
-    """A rank is called silent only after it missed three beats, and a stall lasts at least that long."""
+    """A rank is silent only after three missed beats, and a stall lasts at least that long."""
     if watchdog is None:
         return
     if watchdog.silent_s < 3 * watchdog.beat_s:

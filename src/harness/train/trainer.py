@@ -1,6 +1,5 @@
-"""The Lightning Trainer and its callbacks, as the config builds them: what the harness sets itself (one table,
-harness.train.rules.OWNED, which also refuses those keys under trainer.), then every trainer.NAME as given, and the
-`callbacks` group's entries."""
+"""The Lightning Trainer and callbacks as the config builds them: `build_trainer` (rules.OWNED's arguments,
+then every trainer.NAME), `build_callbacks`, `given_arguments`."""
 
 from __future__ import annotations
 
@@ -13,12 +12,11 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import build
 from harness.config.build import refused
 from harness.errors import ConfigError
-from harness.train.rules import owned
+from harness.train.rules import harness_trainer_args
 
 
 def given_arguments(trainer: DictConfig) -> dict:
-    """The Trainer arguments `trainer` (the config's trainer node) gives, a value with a _target_ built (e.g. a
-    profiler), after harness's default of num_sanity_val_steps, which the node may change."""
+    """The Trainer arguments the trainer node gives (a `_target_` built), over num_sanity_val_steps=0."""
     given = {"num_sanity_val_steps": 0}
     for key, value in trainer.items():
         if isinstance(value, DictConfig) and "_target_" in value:
@@ -36,10 +34,8 @@ def build_trainer(
     base: DictConfig | None = None,
     order: list[str] = (),
 ) -> pl.Trainer:
-    """The Lightning Trainer: what the harness sets from its own keys (harness.train.rules.OWNED), then every
-    trainer.NAME as given. A value Lightning refuses is a ConfigError naming its key; `base` (the config file's
-    trainer node) and `order` (the trainer keys the command line set) let it be found by trying (the door)."""
-    harness_sets = owned(cfg, run_dir, callbacks, loggers)
+    """The Lightning Trainer; a refused value a ConfigError naming its key (`base`, `order`: to find it)."""
+    harness_sets = harness_trainer_args(cfg, run_dir, callbacks, loggers)
     # no ModelSummary among the callbacks (callbacks.model_summary=null): none, rather than Lightning's own
     summary = any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks)
 
@@ -62,8 +58,7 @@ def build_trainer(
 
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    """The `callbacks` group's entries (conf/callbacks/), each built from its `_target_`; one that is null or
-    `enabled: false` is left out. None where a fork has no callbacks group."""
+    """The `callbacks` group's entries built from their `_target_`; null or `enabled: false` left out."""
     made = []
     for name, node in (cfg.get("callbacks") or {}).items():
         if node is None:

@@ -1,8 +1,7 @@
-"""The Optuna sweeper a harness search runs under: the command line (harness.report.optimized_metric.search_class) puts it in
-place of the hydra-optuna-sweeper plugin's own class, whose keys it keeps. The same search, except that one in which
-no trial returned a number ends normally instead of raising Optuna's "No trials are completed yet", so the sweep
-summary is still written and says how each trial ended (harness.report.summary.unreturned then names the cause in
-one line). Here, not in harness: Hydra builds a sweeper only from the hydra_plugins package."""
+"""`OptunaSearch`, the sweeper a harness search runs under in place of the Optuna plugin's (same keys): a search in
+which no trial returned a number ends normally, so the summary is written and names the cause in one line."""
+
+# here, not in harness: Hydra builds a sweeper only from the hydra_plugins package
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ NO_BEST = "No trials are completed yet"
 if OptunaSweeper is not None:  # a search asked without the extra is refused at the door, in one line
 
     class OptunaSearch(OptunaSweeper):
-        """OptunaSweeper that leaves the ending to the summary when no trial completed (see the module docstring)."""
+        """OptunaSweeper that leaves the ending to the summary when no trial completed."""
 
         def sweep(self, arguments: list[str]) -> None:
             try:

@@ -1,15 +1,6 @@
-"""The precision asked for is the one used: one forward and the run's loss, in the precision the Trainer sets up
-(`trainer.precision`: its autocast or its half weights; trainer=fsdp's `mixed_precision`: FSDP's casts), read op
-by op after autocast has cast their inputs.
-
-- The matrix products (mm, addmm, bmm, attention, convolution, recurrent kernels) run in the dtype asked for,
-  by their share of the forward's multiply-adds: a forward that turns autocast off for the whole model
-  (`torch.autocast(..., enabled=False)`) or casts itself to float32 computes in float32 what bf16-mixed was asked
-  to compute in bf16.
-- The loss runs in float32: nothing but a cast reads the logits in a lower precision (a log-softmax over a bf16
-  vocabulary loses the small differences training lives on).
-
-Axes of the shapes read: b batch, h heads, m n k a product's sides, q s queries and keys, d their width."""
+"""The `precision` row: one forward and the run's loss in the precision the Trainer set up, read op by op:
+most multiply-adds in the dtype asked for, and the logits read below float32 only by casts. Axes: b batch, h
+heads, m n k a product's sides, q s queries and keys, d width."""
 
 from __future__ import annotations
 
@@ -79,8 +70,8 @@ CASTS = {
 SHARE = 0.5
 
 
-def asked(trainer) -> tuple[torch.dtype | None, str]:
-    """The dtype the run's matrix products should run in, and the setting that asks for it (None: a precision
+def asked_dtype(trainer) -> tuple[torch.dtype | None, str]:
+    """The dtype the run's matrix products should run in and the setting that asks for it (None: a precision
     this check does not know, e.g. transformer-engine)."""
     policy = getattr(trainer.strategy, "mixed_precision", None)
     if isinstance(policy, str) and policy in FSDP:
@@ -120,9 +111,9 @@ def _gate_rows(args) -> int:
     return max((t.shape[0] for t in found), default=1)
 
 
-def product(func, args) -> tuple[torch.dtype, int] | None:
-    """(the dtype it ran in, its multiply-adds) of one matrix product (`func`, an aten overload, on `args`); None
-    for any other op."""
+def _product_work(func, args) -> tuple[torch.dtype, int] | None:
+    """(dtype, multiply-adds) of one matrix product (`func`, an aten overload, on `args`); None for any other
+    op."""
     packet = func.overloadpacket
     if packet in PRODUCTS:
         operand, work = PRODUCTS[packet]
@@ -136,8 +127,8 @@ def product(func, args) -> tuple[torch.dtype, int] | None:
 
 
 class Ops(dispatch_mode()):
-    """While active: each product's dtype, work and module (`products`), and, in the loss phase (`loss` set
-    true), every op other than a cast that reads a low-precision tensor the size of the logits (`low`)."""
+    """While active: each product's (dtype, work, module) in `products`; once `loss` is set, each op but a
+    cast reading low-precision logits, in `low`."""
 
     def __init__(self, stack: ModuleStack, logits_shape: tuple | None = None):
         super().__init__()
@@ -159,18 +150,18 @@ class Ops(dispatch_mode()):
             ]
             if low:
                 self.low.append((op, tuple(low[0].shape), low[0].dtype))
-        elif not self.loss and (found := product(func, args)) is not None:
+        elif not self.loss and (found := _product_work(func, args)) is not None:
             self.products.append((*found, self.stack.current or "the model's own forward"))
         return func(*args, **kwargs)
 
 
-def name(dtype: torch.dtype) -> str:
+def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def read(model, batch: dict, loss, context) -> tuple[list, list, torch.Tensor]:
-    """One forward of `model` on `batch` and the run's `loss` of it, both inside `context` (the Trainer's precision
-    context), no gradients: (products, low-precision reads in the loss, the loss value)."""
+def _read_forward(model, batch: dict, loss, context) -> tuple[list, list, torch.Tensor]:
+    """(products, low-precision reads in the loss, the loss value) of one no-grad forward and loss inside
+    `context`, the Trainer's precision context."""
     with ModuleStack(model) as stack, torch.no_grad(), context:
         ops = Ops(stack)
         with ops:
@@ -187,7 +178,7 @@ def precision(model, batch: dict, loss, context, dtype: torch.dtype | None, sett
         return CheckResult(
             "precision", SKIP, f"not judged: {setting} is a precision this check does not know"
         )
-    products, low, value = read(model, batch, loss, context)
+    products, low, value = _read_forward(model, batch, loss, context)
     if not products:
         return CheckResult("precision", SKIP, "not judged: one forward ran no matrix product to read")
     by_dtype: dict[torch.dtype, int] = defaultdict(int)
@@ -201,8 +192,8 @@ def precision(model, batch: dict, loss, context, dtype: torch.dtype | None, sett
         return CheckResult(
             "precision",
             FAIL,
-            f"{setting} asks for {name(dtype)} matrix products, but {1 - share:.0%} of one forward's multiply-adds "
-            f"ran in {name(other[0])} (in {', '.join(where[:3])}{', ...' if len(where) > 3 else ''}): the forward "
+            f"{setting} asks for {_dtype_name(dtype)} matrix products, but {1 - share:.0%} of one forward's multiply-adds "
+            f"ran in {_dtype_name(other[0])} (in {', '.join(where[:3])}{', ...' if len(where) > 3 else ''}): the forward "
             "turns autocast off (torch.autocast(..., enabled=False)) or casts itself (.float(), .to(dtype)); leave "
             "the precision to the Trainer",
         )
@@ -211,13 +202,13 @@ def precision(model, batch: dict, loss, context, dtype: torch.dtype | None, sett
         return CheckResult(
             "precision",
             FAIL,
-            f"the loss is computed on {name(kind)} logits ({op} of a {list(shape)} tensor in {name(kind)}): cast "
+            f"the loss is computed on {_dtype_name(kind)} logits ({op} of a {list(shape)} tensor in {_dtype_name(kind)}): cast "
             "the logits to float32 before the loss (logits.float()), as the built-in losses do",
         )
-    rest = f"; {1 - share:.0%} in {', '.join(map(name, other))}" if other else ""
+    rest = f"; {1 - share:.0%} in {', '.join(map(_dtype_name, other))}" if other else ""
     return CheckResult(
         "precision",
         PASS,
-        f"{setting}: {share:.0%} of one forward's multiply-adds ran in {name(dtype)} ({len(products)} matrix "
-        f"products{rest}), the loss in {name(value.dtype)}",
+        f"{setting}: {share:.0%} of one forward's multiply-adds ran in {_dtype_name(dtype)} ({len(products)} matrix "
+        f"products{rest}), the loss in {_dtype_name(value.dtype)}",
     )

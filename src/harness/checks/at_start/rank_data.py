@@ -1,11 +1,6 @@
-"""Every rank reads its own share of the data: the `rank_data` row, judged at the first training batch on several
-ranks (harness.checks.at_start.start_checks), from a hash of each of its examples gathered from every rank in one collective.
-
-Ranks that read the same examples train on copies: the run costs N devices and learns what one does. It happens
-where nothing shards by rank: a stream (`IterableDataset`) that shards by DataLoader worker only, as a one-GPU
-script does; a sampler or batch sampler of one's own, which Lightning cannot replace by its distributed one; a
-DistributedSampler made before the ranks existed. Where Lightning puts in its own distributed sampler the ranks'
-shares are disjoint, and duplicates in the data itself are told apart from copies (below)."""
+"""The `rank_data` row: every rank reads its own share of the data, judged at the first training batch on
+several ranks from a hash of each example, gathered in one collective (harness.checks.at_start.start_checks).
+Ranks that read the same examples train on copies: N devices learn what one does."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ from collections import Counter
 from torch.utils.data import DistributedSampler, IterableDataset
 
 from harness.checks.data.batch_format import layout_fault
-from harness.checks.data.loaders import rows
+from harness.checks.data.loaders import row_bytes
 from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 
 #: two ranks read the same examples when this share of their rows is alike position by position ...
@@ -25,15 +20,15 @@ SHARED, REPEATS = 0.5, 0.1
 
 
 def row_hashes(batch: dict) -> list[int]:
-    """A 64-bit hash of each example of a Batch: its inputs, targets and mask ([] for a batch that breaks the
-    Batch contract: batch_format says so, and there is nothing to compare)."""
+    """A 64-bit hash of each example of a Batch (inputs, targets, mask); [] for one that breaks the Batch
+    layout."""
     if layout_fault(batch) is not None:
         return []
     cpu = {k: batch[k].detach().cpu() for k in ("input_ids", "targets", "loss_mask")}
-    return [int.from_bytes(hashlib.blake2b(row, digest_size=8).digest(), "little") for row in rows(cpu)]
+    return [int.from_bytes(hashlib.blake2b(row, digest_size=8).digest(), "little") for row in row_bytes(cpu)]
 
 
-def alike(a: list[int], b: list[int]) -> tuple[bool, int]:
+def _copies_and_shared(a: list[int], b: list[int]) -> tuple[bool, int]:
     """Whether two ranks' rows are copies of each other, and how many rows they share."""
     shared = sum((Counter(a) & Counter(b)).values())
     aligned = sum(x == y for x, y in zip(a, b, strict=False)) / max(1, min(len(a), len(b)))
@@ -42,9 +37,9 @@ def alike(a: list[int], b: list[int]) -> tuple[bool, int]:
     return copies, shared
 
 
-def groups(hashes: list[list[int]]) -> list[tuple[list[int], int, int]]:
-    """The ranks that read the same examples, in groups of two or more: (ranks, rows shared by the first two,
-    rows of the first), from each rank's row hashes (`hashes[rank]`)."""
+def copy_groups(hashes: list[list[int]]) -> list[tuple[list[int], int, int]]:
+    """The groups of 2+ ranks that read the same examples, from each rank's row hashes: (ranks, rows the first
+    two share, rows of the first)."""
     found: list[tuple[list[int], int, int]] = []
     placed: set[int] = set()
     for i, mine in enumerate(hashes):
@@ -54,7 +49,7 @@ def groups(hashes: list[list[int]]) -> list[tuple[list[int], int, int]]:
         for j in range(i + 1, len(hashes)):
             if j in placed or not hashes[j]:
                 continue
-            copies, shared = alike(mine, hashes[j])
+            copies, shared = _copies_and_shared(mine, hashes[j])
             if copies:
                 group.append(j)
                 first = first if first is not None else shared
@@ -64,15 +59,17 @@ def groups(hashes: list[list[int]]) -> list[tuple[list[int], int, int]]:
     return found
 
 
-def ranks_named(ranks: list[int]) -> str:
+def _ranks_text(ranks: list[int]) -> str:
     """`0 and 1`, `0, 2 and 3`; the first 8 and a count where there are more."""
     if len(ranks) > 8:
         return f"{', '.join(map(str, ranks[:8]))}, ... ({len(ranks)} ranks)"
     return f"{', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
 
 
-def fix(loader) -> str:
-    """What makes `loader` (this rank's training loader, as Lightning runs it) give each rank its own share."""
+def _share_fix(loader) -> str:
+    """What gives each rank its own share, by what `loader` (this rank's training loader) is."""
+    # Lightning replaces a plain sampler by its distributed one; it cannot replace a sampler of one's own, nor
+    # fix a stream that shards by worker only or a DistributedSampler made before the ranks existed
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, IterableDataset):
         return (
@@ -96,9 +93,9 @@ def fix(loader) -> str:
 
 
 def rank_data(hashes: list[list[int]], loader) -> CheckResult:
-    """The `rank_data` row from every rank's row hashes of its first batch (`hashes[rank]`); `loader`: this rank's
-    training loader, for the fix."""
-    found, total = groups(hashes), sum(len(h) for h in hashes)
+    """The `rank_data` row from every rank's row hashes of its first batch; `loader`, this rank's training
+    loader, names the fix."""
+    found, total = copy_groups(hashes), sum(len(h) for h in hashes)
     if not total:
         return CheckResult(
             "rank_data", SKIP, "not judged: no rank's first batch has the Batch layout (see batch_format)"
@@ -110,12 +107,12 @@ def rank_data(hashes: list[list[int]], loader) -> CheckResult:
             f"{len(hashes)} ranks read their own examples ({total} rows of their first batches compared)",
         )
     said = "; ".join(
-        f"ranks {ranks_named(ranks)} read the same examples ({shared} of the {count} rows of their first batch "
+        f"ranks {_ranks_text(ranks)} read the same examples ({shared} of the {count} rows of their first batch "
         "alike)"
         for ranks, shared, count in found
     )
     return CheckResult(
         "rank_data",
         FAIL,
-        f"{said}: each trains on copies of the others' batches; {fix(loader)}",
+        f"{said}: each trains on copies of the others' batches; {_share_fix(loader)}",
     )

@@ -1,15 +1,6 @@
-"""The preflight rows that can only be read once training starts, in the Trainer as it runs, on every rank in step:
-
-- after sharding (trainer=fsdp with trainer.strategy.meta_init=true): the model checks that need forward passes
-  only (harness.checks.at_start.after_sharding.AFTER_SHARDING), on the sharded model; their rows take the place of the SKIP ones;
-- `precision` (harness.checks.at_start.precision): one forward and the loss in the precision the Trainer set up (its
-  autocast or half weights, FSDP's casts), once the model is ready, before the first step;
-- `rank_data` (harness.checks.at_start.rank_data): on several ranks, with each reading its own share (mode=full), at the first
-  training batch, before its forward: whether ranks read the same examples (one gather of a hash an example).
-
-Every rank runs them on the same inputs and reaches the same decision. Rank 0 logs each row and keeps it in the
-verdict's checks; a FAIL stops every rank before the first update (PREFLIGHT_FAIL, exit 3), as the preflight does
-before training, or is reported and trained through under preflight=warn."""
+"""StartChecks: the preflight rows read once training starts, on every rank in step: the model checks after
+sharding (meta_init), `precision` before the first step, `rank_data` at the first batch. Rank 0 logs and keeps
+each row; a FAIL stops every rank (PREFLIGHT_FAIL) unless preflight=warn."""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ import pytorch_lightning as pl
 import torch.distributed as dist
 
 from harness.checks.at_start.after_sharding import AFTER_SHARDING
-from harness.checks.at_start.precision import asked, precision
+from harness.checks.at_start.precision import asked_dtype, precision
 from harness.checks.at_start.rank_data import rank_data, row_hashes
 from harness.checks.data.batch_format import sample_rows
 from harness.checks.result import FAIL, CheckResult
@@ -33,23 +24,22 @@ from harness.train.distributed.sharding import on_meta, reshard
 log = logging.getLogger(__name__)
 
 
-def ran(name: str, check: Callable[[], CheckResult]) -> dict:
-    """`check()`'s row with its seconds; a check that raises is a FAIL row, as the preflight's pytest makes it."""
+def _timed_row(name: str, check: Callable[[], CheckResult]) -> dict:
+    """`check()`'s row with its seconds; a check that raises is a FAIL row, as in the preflight."""
     started = time.perf_counter()
     try:
         result = check()
     except Exception as err:
-        said = str(err).splitlines()[0][:300] if str(err) else ""
+        first_line = str(err).splitlines()[0][:300] if str(err) else ""
         result = CheckResult(
-            name, FAIL, f"raised {type(err).__name__}: {said}: a bug in the check or in the code it ran"
+            name, FAIL, f"raised {type(err).__name__}: {first_line}: a bug in the check or in the code it ran"
         )
     return {**result.as_dict(), "seconds": round(time.perf_counter() - started, 3)}
 
 
 class StartChecks(pl.Callback):
-    """Runs the rows above at the start of fit and at the first batch; `checks`: the verdict's rows (rank 0's;
-    empty on a rank Lightning started), which they join. `shared_data`: every rank reads the same examples by
-    design (overfit mode), so rank_data is not asked."""
+    """The callback running those rows. `checks`: the verdict's rows they join (empty on a rank Lightning
+    started); `shared_data`: ranks read the same examples by design (overfit mode): no rank_data."""
 
     def __init__(self, data, cfg, checks: list[dict], shared_data: bool = False):
         self.data, self.cfg, self.checks = getattr(data, "base", data), cfg, checks
@@ -63,11 +53,15 @@ class StartChecks(pl.Callback):
         batch = to_device(batch, model)
         try:
             if on_meta(self.cfg):
-                rows += [ran(c.__name__, lambda c=c: c(model, batch, self.cfg)) for c in AFTER_SHARDING]
-            dtype, setting = asked(trainer)
+                rows += [
+                    _timed_row(c.__name__, lambda c=c: c(model, batch, self.cfg)) for c in AFTER_SHARDING
+                ]
+            dtype, setting = asked_dtype(trainer)
             context = trainer.precision_plugin.forward_context
             rows.append(
-                ran("precision", lambda: precision(model, batch, pl_module.loss, context(), dtype, setting))
+                _timed_row(
+                    "precision", lambda: precision(model, batch, pl_module.loss, context(), dtype, setting)
+                )
             )
         finally:
             set_rng_state(generators)
@@ -82,11 +76,11 @@ class StartChecks(pl.Callback):
             return
         hashes = [None] * trainer.world_size
         dist.all_gather_object(hashes, row_hashes(batch))
-        self.record(trainer, [ran("rank_data", lambda: rank_data(hashes, trainer.train_dataloader))])
+        self.record(trainer, [_timed_row("rank_data", lambda: rank_data(hashes, trainer.train_dataloader))])
 
     def record(self, trainer, rows: list[dict]) -> None:
-        """The rows into the verdict's checks (in place of a row of the same name, else after them), logged on
-        rank 0; a FAIL raises PreflightFailed on every rank where the preflight stops on one."""
+        """The rows into the verdict's checks (replacing one of the same name), logged on rank 0; a FAIL
+        raises PreflightFailed on every rank under preflight=true."""
         named = {row["name"]: row for row in rows}
         self.checks[:] = [named.pop(row["name"], row) for row in self.checks] + list(named.values())
         if trainer.is_global_zero:

@@ -1,9 +1,6 @@
-"""Checks of the batches a fork's loaders hand out, read through its own collate, sampler and workers: the Batch
-contract's layout (`batch_format`), every id inside the tokenizer's vocabulary (`ids_in_range`), and what the
-loss sees (`loss_mask`: not empty, no padding, a classification label where the whole input has been read).
-
-A batch that breaks the first two cannot be run through a model at all, and an empty loss mask makes every loss
-0/0: `unusable` says so, and the model checks are skipped with a pointer here instead of echoing it."""
+"""The layout checks of the batches a fork's loaders hand out: `batch_format` (the Batch contract) and
+`ids_in_range` (every id inside the vocabulary); and `sample_rows`, the batch the model checks run on, marked
+`unusable` where no model can be judged on it."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ from collections.abc import Mapping
 
 import torch
 
-from harness.checks.data.reads import SPLITS, reads
+from harness.checks.data.reads import SPLITS, as_data_reads
 from harness.checks.result import FAIL, PASS, SKIP, CheckResult, SampleBatch
 from harness.data.batch import first_items, first_rows
 
@@ -25,8 +22,8 @@ ID_TYPES = (torch.long, torch.int32)
 PROBE_ROWS = (3, 5)
 
 
-def whole(value) -> int | None:
-    """`value` as an int where it is a whole number of any integer type (a numpy int64, say); else None."""
+def _as_whole_number(value) -> int | None:
+    """`value` as an int where it is an integer of any type (a numpy int64, say; not a bool), else None."""
     if isinstance(value, bool):
         return None
     try:
@@ -36,24 +33,24 @@ def whole(value) -> int | None:
 
 
 def vocab_size(tokenizer) -> int | None:
-    return whole(getattr(tokenizer, "vocab_size", None))
+    return _as_whole_number(getattr(tokenizer, "vocab_size", None))
 
 
 def special_ids(tokenizer) -> dict[str, int]:
     """The tokenizer's special ids it declares: bos_id, eos_id, pad_id (those that are not None)."""
     found = {}
     for name in ("bos_id", "eos_id", "pad_id"):
-        value = whole(getattr(tokenizer, name, None))
+        value = _as_whole_number(getattr(tokenizer, name, None))
         if value is not None:
             found[name] = value
     return found
 
 
 def pad_ids(tokenizer) -> set[int]:
-    """The padding ids a tokenizer declares: `pad_id` (docs/contracts.md), a Hugging Face `pad_token_id`, or a
-    token its `tokenizers` backend names like a pad (under .backend, .backend_tokenizer or ._tokenizer)."""
+    """The padding ids a tokenizer declares: `pad_id`, a Hugging Face `pad_token_id`, or a pad-named token of
+    its `tokenizers` backend."""
     found = {v for k, v in special_ids(tokenizer).items() if k == "pad_id"}
-    hf = whole(getattr(tokenizer, "pad_token_id", None))
+    hf = _as_whole_number(getattr(tokenizer, "pad_token_id", None))
     if hf is not None:
         found.add(hf)
     for attribute in ("backend", "backend_tokenizer", "_tokenizer"):
@@ -64,8 +61,8 @@ def pad_ids(tokenizer) -> set[int]:
 
 
 def layout_fault(batch, rows: int | None = None, length: int | None = None) -> str | None:
-    """What breaks the Batch contract in `batch` (a phrase), or None. `rows`: how many examples it collates
-    (a time-major batch shows them on its second axis); `length`: data.length, the most positions it may hold."""
+    """What breaks the Batch contract in `batch` (a phrase), or None; `rows`: the examples it collates (shows
+    a time-major layout), `length`: data.length."""
     if not isinstance(batch, Mapping):
         return f"a {type(batch).__name__}, not a dict with keys {', '.join(KEYS)}"
     missing = [k for k in KEYS if k not in batch]
@@ -101,8 +98,8 @@ def layout_fault(batch, rows: int | None = None, length: int | None = None) -> s
 
 
 def _probe_rows(data, split: str) -> tuple[dict | None, int]:
-    """A few of the split's first items collated by its loader's collate (a count unlike their length, so that a
-    time-major layout shows), and that count."""
+    """A few of the split's first items collated by its loader's collate, and their count (unlike their
+    length: a time-major layout shows)."""
     from harness.data.batch import collate_of
 
     dataset = data.dataset(split)
@@ -128,7 +125,7 @@ def read_batches(data, splits=SPLITS) -> list[tuple[str, int, dict]]:
 def batch_format(model, data, cfg=None) -> CheckResult:
     """Every batch the loaders hand out is a Batch: a dict of input_ids, targets (integers) and loss_mask (bool),
     all [batch, time], no longer than data.length."""
-    data = reads(data, cfg)
+    data = as_data_reads(data, cfg)
     shapes = {}
     for split in SPLITS:
         probe, rows = _probe_rows(data, split)
@@ -149,16 +146,16 @@ def batch_format(model, data, cfg=None) -> CheckResult:
                 f"the {split} loader hands out no batch: its split is empty, or smaller than a batch with "
                 f"drop_last=True; a run would never {never}",
             )
-    told = ", ".join(f"{list(ids.shape)} ({split})" for split, ids in shapes.items())
+    shapes_read = ", ".join(f"{list(ids.shape)} ({split})" for split, ids in shapes.items())
     return CheckResult(
         "batch_format",
         PASS,
-        f"batches of {told}: input_ids and targets {str(shapes['train'].dtype).removeprefix('torch.')}, "
+        f"batches of {shapes_read}: input_ids and targets {str(shapes['train'].dtype).removeprefix('torch.')}, "
         "loss_mask bool, [batch, time]",
     )
 
 
-def out_of_range(batch: dict, vocab: int) -> tuple[str, int, int, int] | None:
+def first_out_of_range(batch: dict, vocab: int) -> tuple[str, int, int, int] | None:
     """(key, example, position, id) of the first id outside [0, vocab): any input id, a target inside the mask."""
     for key in ("input_ids", "targets"):
         ids = batch[key]
@@ -172,9 +169,9 @@ def out_of_range(batch: dict, vocab: int) -> tuple[str, int, int, int] | None:
 
 
 def ids_in_range(model, data, cfg=None) -> CheckResult:
-    """Every id of the batches read (inputs, and targets inside the loss mask) and the tokenizer's special ids lie
-    in [0, vocab_size): an embedding or a loss indexed outside it crashes, or on a GPU reads garbage."""
-    data = reads(data, cfg)
+    """Every id of the batches read (inputs, targets inside the loss mask) and every special id lies in [0,
+    vocab_size)."""
+    data = as_data_reads(data, cfg)
     vocab = vocab_size(data.tokenizer)
     if vocab is None or vocab < 1:
         return CheckResult(
@@ -195,7 +192,7 @@ def ids_in_range(model, data, cfg=None) -> CheckResult:
             "ids_in_range", SKIP, "not judged: no batch with the Batch layout (see batch_format)"
         )
     for split, b, batch in read:
-        found = out_of_range(batch, vocab)
+        found = first_out_of_range(batch, vocab)
         if found is not None:
             key, row, position, value = found
             named = [name for name, v in specials.items() if v == value]
@@ -213,22 +210,24 @@ def ids_in_range(model, data, cfg=None) -> CheckResult:
                 f"{split} batch {b}, key {key!r}, example {row}, position {position}: id {value} is outside the "
                 f"tokenizer's {vocab} ids [0, {vocab}); {why}",
             )
-    told = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in specials.items())
+    specials_read = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in specials.items())
     return CheckResult(
         "ids_in_range",
         PASS,
-        f"every id of {len(read)} batches (inputs, masked targets){' and the special ids (' + told + ')' if told else ''}"
+        f"every id of {len(read)} batches (inputs, masked targets){' and the special ids (' + specials_read + ')' if specials_read else ''}"
         f" lies in [0, {vocab})",
     )
 
 
-def unusable(batch, tokenizer) -> str | None:
-    """Why no model check can judge a model on `batch` (a phrase naming the check that says more), or None."""
+def _unusable_reason(batch, tokenizer) -> str | None:
+    """Why no model check can judge a model on `batch` (a phrase naming the row that says more), or None."""
+    # such a batch cannot run through a model, and an empty mask makes every loss 0/0: the model checks are
+    # then SKIP rows that point at the data row instead of echoing the fault
     fault = layout_fault(batch)
     if fault is not None:
         return f"is not a Batch: {fault} (see batch_format)"
     vocab = vocab_size(tokenizer)
-    found = out_of_range(batch, vocab) if vocab else None
+    found = first_out_of_range(batch, vocab) if vocab else None
     if found is not None:
         key, row, position, value = found
         return f"holds id {value} outside the vocabulary [0, {vocab}) ({key}, example {row}, position {position}; see ids_in_range)"
@@ -238,12 +237,14 @@ def unusable(batch, tokenizer) -> str | None:
 
 
 def sample_rows(data, size: int = 4) -> SampleBatch:
-    """The first `size` training examples of a datamodule, collated by its own train loader's collate (padding
-    and all), with `unusable` said where the batch breaks what the model checks need."""
+    """The first `size` training examples, collated by the fork's own train loader's collate (padding and
+    all), `unusable` set where the model checks cannot run on them."""
     rows = first_rows(data, "train", size)
     rows = dict(rows) if isinstance(rows, Mapping) else rows  # a BatchEncoding, a UserDict: as a dict
     batch = SampleBatch(rows if isinstance(rows, dict) else {})
     batch.unusable = (
-        "holds no example: the training split is empty" if rows is None else unusable(rows, data.tokenizer)
+        "holds no example: the training split is empty"
+        if rows is None
+        else _unusable_reason(rows, data.tokenizer)
     )
     return batch

@@ -1,6 +1,6 @@
-"""The training loader as the fork configured it (its sampler, collate and workers): consecutive batches differ,
-a stream read by several workers hands out each example once an epoch, not once a worker, and an epoch does not
-begin in the order the one before it did."""
+"""The training loader as the fork configured it (sampler, collate, workers): `train_loader` (consecutive
+batches differ; a stream's workers hand out each example once an epoch) and `epoch_order` (epochs begin in
+different orders)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from harness.checks.data.batch_format import layout_fault
-from harness.checks.data.reads import DataReads, cloned, reads
+from harness.checks.data.reads import DataReads, as_data_reads, copied_batch
 from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 from harness.data.batch import collate_of, indexable
 
@@ -26,20 +26,20 @@ REPEATED = 0.75
 ORDER = 256
 
 
-def rows(batch: dict) -> list[bytes]:
+def row_bytes(batch: dict) -> list[bytes]:
     """Each example of a batch as bytes: its inputs, targets and mask."""
     parts = [batch[k].reshape(batch[k].shape[0], -1) for k in ("input_ids", "targets", "loss_mask")]
     return [b"|".join(p[r].numpy().tobytes() for p in parts) for r in range(parts[0].shape[0])]
 
 
-def identical(a: dict, b: dict) -> bool:
+def _batches_identical(a: dict, b: dict) -> bool:
     return all(
         a[k].shape == b[k].shape and bool(torch.equal(a[k], b[k]))
         for k in ("input_ids", "targets", "loss_mask")
     )
 
 
-def stream_rows(loader, limit: int = ROWS, seconds: float = ROW_SECONDS) -> list[bytes]:
+def _stream_rows(loader, limit: int = ROWS, seconds: float = ROW_SECONDS) -> list[bytes]:
     """The rows of the first batches of `loader`, up to `limit` rows or `seconds`."""
     found, deadline = [], time.perf_counter() + seconds
     iterator = iter(loader)
@@ -47,7 +47,7 @@ def stream_rows(loader, limit: int = ROWS, seconds: float = ROW_SECONDS) -> list
         for batch in iterator:
             if layout_fault(batch) is not None:
                 break
-            found += rows(cloned(batch))
+            found += row_bytes(copied_batch(batch))
             if len(found) >= limit or time.perf_counter() > deadline:
                 break
     finally:
@@ -56,17 +56,16 @@ def stream_rows(loader, limit: int = ROWS, seconds: float = ROW_SECONDS) -> list
 
 
 def _workers_repeat(loader: DataLoader, shared: list[bytes] | None = None) -> str | None:
-    """For a stream read by several workers: what it means when they hand out fewer distinct examples than the
-    same stream read in this process does (every worker reading the whole stream), or None. `shared`: the rows
-    the loader gave, where they were read already."""
+    """Why a stream's workers hand out fewer distinct examples than one process reads, or None; `shared`: the
+    loader's rows, where read already."""
     workers = loader.num_workers
     if workers < 2 or indexable(loader.dataset) or getattr(loader, "batch_sampler", None) is None:
         return None
-    shared = stream_rows(loader) if shared is None else shared
-    alone = stream_rows(
+    shared = _stream_rows(loader) if shared is None else shared
+    in_one_process = _stream_rows(
         DataLoader(loader.dataset, batch_size=loader.batch_size, collate_fn=collate_of(loader))
     )
-    distinct, expected = len(set(shared)), len(set(alone[: len(shared)]))
+    distinct, expected = len(set(shared)), len(set(in_one_process[: len(shared)]))
     if not shared or distinct > REPEATED * expected:
         return None
     most = Counter(shared).most_common(1)[0][1]
@@ -79,17 +78,17 @@ def _workers_repeat(loader: DataLoader, shared: list[bytes] | None = None) -> st
 
 
 def _first_pass(data: DataReads, loader: DataLoader) -> list[bytes] | None:
-    """The rows of a training stream's first batches through its loader, read once for every check (None for a
-    map-style dataset)."""
+    """A training stream's first rows through its loader, read once for every check (None for a map-style
+    dataset)."""
     if indexable(loader.dataset):
         return None
-    return data.once(("stream_rows", "train"), lambda: stream_rows(loader))
+    return data.once(("stream_rows", "train"), lambda: _stream_rows(loader))
 
 
 def train_loader(model, data, cfg=None) -> CheckResult:
-    """Consecutive training batches differ (a loader that hands out one batch every step trains on one batch), and
-    a stream read by several workers yields each example once an epoch."""
-    data = reads(data, cfg)
+    """Consecutive training batches differ, and a stream read by several workers yields each example once an
+    epoch."""
+    data = as_data_reads(data, cfg)
     loader = data.loader("train")
     batches = [b for b in data.batches("train") if layout_fault(b) is None]
     if not batches:
@@ -100,8 +99,8 @@ def train_loader(model, data, cfg=None) -> CheckResult:
     if repeat is not None:
         return CheckResult("train_loader", FAIL, f"the training stream repeats examples: {repeat}")
     for i, (a, b) in enumerate(zip(batches, batches[1:], strict=False)):
-        if identical(a, b):
-            same_rows = len(set(rows(a))) == 1 and a["input_ids"].shape[0] > 1
+        if _batches_identical(a, b):
+            same_rows = len(set(row_bytes(a))) == 1 and a["input_ids"].shape[0] > 1
             why = (
                 "and every example in it is the same one: the dataset's __getitem__ ignores its index"
                 if same_rows
@@ -115,37 +114,37 @@ def train_loader(model, data, cfg=None) -> CheckResult:
             )
     if len(batches) == 1:
         return CheckResult("train_loader", PASS, "one training batch an epoch: no two to compare")
-    told = (
+    workers = (
         f"; {loader.num_workers} workers share the stream without repeats"
         if loader.num_workers > 1 and not indexable(loader.dataset)
         else ""
     )
     return CheckResult(
-        "train_loader", PASS, f"the first {len(batches)} training batches differ from one another{told}"
+        "train_loader", PASS, f"the first {len(batches)} training batches differ from one another{workers}"
     )
 
 
 def _sampler_epochs(loader: DataLoader, epochs: int = 2) -> list[list[int]]:
-    """The first ORDER indices `loader`'s sampler gives in each of `epochs` epochs, each epoch announced as Lightning
-    announces it (set_epoch on the loader's sampler and on its batch sampler's, where they have one). Read from a
-    copy (the dataset shared, not copied): the run's own sampler, its generator and epoch, are left as they were."""
+    """The first ORDER indices of `loader`'s sampler in each of `epochs` epochs announced as Lightning does,
+    read from a copy of the sampler."""
     dataset = loader.dataset
     try:
+        # the dataset shared, not copied
         sampler, batches = copy.deepcopy((loader.sampler, loader.batch_sampler), memo={id(dataset): dataset})
     except Exception:  # a sampler that cannot be copied (a lock, a handle): read as it is
         sampler, batches = loader.sampler, loader.batch_sampler
     orders = []
     for epoch in range(epochs):
-        for told in announced(sampler, batches):
-            told.set_epoch(epoch)
+        for target in _set_epoch_targets(sampler, batches):
+            target.set_epoch(epoch)
         indices = (i for batch in batches for i in batch) if batches is not None else iter(sampler)
-        orders.append([index(i) for i in islice(indices, ORDER)])
+        orders.append([_as_index(i) for i in islice(indices, ORDER)])
     return orders
 
 
-def announced(sampler, batches) -> list:
-    """What Lightning calls set_epoch(epoch) on before each epoch: the loader's sampler and its batch sampler's
-    sampler, where they have one (never the batch sampler itself, nor the dataset)."""
+def _set_epoch_targets(sampler, batches) -> list:
+    """What Lightning calls set_epoch(epoch) on before each epoch: the loader's sampler and its batch
+    sampler's sampler (never the batch sampler itself, nor the dataset)."""
     found = {
         id(s): s
         for s in (sampler, getattr(batches, "sampler", None))
@@ -154,7 +153,7 @@ def announced(sampler, batches) -> list:
     return list(found.values())
 
 
-def index(key):
+def _as_index(key):
     """A sampler's key as a plain int where it is one (a 0-dim tensor too), else as it is (a string key)."""
     try:
         return operator.index(key)
@@ -162,7 +161,7 @@ def index(key):
         return key
 
 
-def increasing(order: list) -> bool:
+def _is_increasing(order: list) -> bool:
     """Whether `order` is in increasing order (an unshuffled sampler's, or its rank's share of one)."""
     try:
         return all(a < b for a, b in zip(order, order[1:], strict=False))
@@ -181,10 +180,9 @@ def _has_set_epoch(dataset) -> bool:
 
 
 def epoch_order(model, data, cfg=None) -> CheckResult:
-    """Two epochs of training do not begin in the same shuffled order: the training sampler iterated twice (its
-    indices, not the data), each pass announced as Lightning announces an epoch, or a stream's first examples read
-    twice through its loader. A sampler re-seeded alike on every pass shuffles once for the whole run."""
-    data = reads(data, cfg)
+    """Two epochs of training do not begin in the same shuffled order: the sampler's indices over two
+    announced epochs, or a stream read twice through its loader."""
+    data = as_data_reads(data, cfg)
     loader = data.loader("train")
     if loader is None:
         return CheckResult("epoch_order", SKIP, "not judged: the datamodule has no training loader")
@@ -201,29 +199,29 @@ def _sampler_order(loader: DataLoader) -> CheckResult:
             "epoch_order", PASS, f"epochs 0 and 1 begin in different orders (the first {len(first)} indices)"
         )
     shown = ", ".join(map(str, first[:6]))
-    if increasing(first):
+    if _is_increasing(first):
         return CheckResult(
             "epoch_order",
             PASS,
             f"unshuffled: every epoch reads the examples in index order ({shown}, ...), as shuffle=False asks",
         )
-    told = (
+    why = (
         "ignores the set_epoch(epoch) Lightning calls"
-        if announced(loader.sampler, loader.batch_sampler)
+        if _set_epoch_targets(loader.sampler, loader.batch_sampler)
         else "has no set_epoch(epoch) for Lightning to call"
     )
     return CheckResult(
         "epoch_order",
         FAIL,
         f"epochs 0 and 1 begin in the same shuffled order ({shown}, ...; {len(first)} indices alike): the sampler "
-        f"is re-seeded alike every pass and {told}; seed it with the epoch (seed + epoch, as DistributedSampler "
+        f"is re-seeded alike every pass and {why}; seed it with the epoch (seed + epoch, as DistributedSampler "
         "does), or shuffle with one generator that advances (DataLoader(shuffle=True, generator=...))",
     )
 
 
 def _stream_order(data: DataReads, loader: DataLoader) -> CheckResult:
     """epoch_order for a stream: its first rows through its loader (workers and all) on two passes."""
-    first, second = _first_pass(data, loader), stream_rows(loader)
+    first, second = _first_pass(data, loader), _stream_rows(loader)
     count = min(len(first), len(second))
     if count < 2:
         return CheckResult("epoch_order", PASS, "fewer than 2 training examples a pass: no order to compare")

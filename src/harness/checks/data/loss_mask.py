@@ -1,19 +1,16 @@
-"""What the loss sees (`loss_mask`): some position of every batch, no padding counted, and in classification one
-position an example, where the whole input has been read.
-
-Padding is a declared pad id (harness.checks.data.batch_format.pad_ids) or, where a tokenizer pads with its end-of-text id,
-that id again and again at the end of an example: the first end of text after a text is a real target (the model
-learns to stop there), the ones after it are padding."""
+"""`loss_mask`: the loss sees some position of every batch, no padding, and in classification one position an
+example, after the whole input. Padding is a declared pad id, or the end-of-text id repeated at an example's
+end (the first end of text after a text is a real target)."""
 
 from __future__ import annotations
 
 from harness.checks.data.batch_format import pad_ids, read_batches, special_ids
-from harness.checks.data.reads import SPLITS, reads
+from harness.checks.data.reads import SPLITS, as_data_reads
 from harness.checks.data.roundtrip_causes import is_classification
-from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult, shown
+from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult, brief_list
 
 
-def span(positions: list[int]) -> str:
+def _positions_text(positions: list[int]) -> str:
     """`positions` (sorted) as short text: 3, 5-9, 12."""
     runs: list[list[int]] = []
     for p in positions:
@@ -21,7 +18,7 @@ def span(positions: list[int]) -> str:
             runs[-1][1] = p
         else:
             runs.append([p, p])
-    return shown([str(a) if a == b else f"{a}-{b}" for a, b in runs], 4)
+    return brief_list([str(a) if a == b else f"{a}-{b}" for a, b in runs], 4)
 
 
 def _trailing_run(row: list[int]) -> tuple[int, int]:
@@ -35,14 +32,14 @@ def _trailing_run(row: list[int]) -> tuple[int, int]:
 
 
 def padded_targets(row: list[int], pads: set[int], eos: int | None) -> list[int]:
-    """The positions of `row` (a row of targets) that are padding: a pad id, but for a pad that is the end-of-text
-    id where it closes a text (the first of its run)."""
+    """The positions of a row of targets that are padding: a pad id, but not the end-of-text id that closes
+    the text (the first of its run)."""
     return [t for t, i in enumerate(row) if i in pads and not (i == eos and (t == 0 or row[t - 1] != i))]
 
 
 def _one_past_the_text(counted: dict[int, list[int]], targets: list[list[int]], pads: set[int], eos) -> bool:
-    """Whether, in every example that counts padding, it counts exactly one position: the first pad after its
-    text (a mask one position off: built on the inputs' positions instead of the targets')."""
+    """Whether each example that counts padding counts only its first pad after the text: a mask built on the
+    inputs' positions."""
     return all(
         len(positions) == 1 and positions[0] == min(padded_targets(targets[row], pads, eos))
         for row, positions in counted.items()
@@ -50,9 +47,8 @@ def _one_past_the_text(counted: dict[int, list[int]], targets: list[list[int]], 
 
 
 def _eos_padding(batches: list[dict], batch: dict, specials: set[int]) -> tuple[int, list[int], int] | None:
-    """(example, positions, id) where a run of one special id ends several examples of `batch` and is counted:
-    padding by the end-of-text id. Not where the data itself holds such runs away from an example's end (empty
-    documents in a packed stream) in any of the `batches` read."""
+    """(example, positions, id) where one special id repeated ends several examples of `batch` in the loss;
+    None where the data holds such runs elsewhere."""
     targets, mask = batch["targets"].tolist(), batch["loss_mask"].tolist()
     runs = []
     for row, (ids, keep) in enumerate(zip(targets, mask, strict=True)):
@@ -64,9 +60,8 @@ def _eos_padding(batches: list[dict], batch: dict, specials: set[int]) -> tuple[
         return None
     value = runs[0][2]
     for ids in (row for b in batches for row in b["targets"].tolist()):
-        body = ids[
-            : len(ids) - _trailing_run(ids)[1]
-        ]  # the same id twice in a row before the end: the data's own
+        # the same id twice in a row before the end: the data's own
+        body = ids[: len(ids) - _trailing_run(ids)[1]]
         if any(a == b == value for a, b in zip(body, body[1:], strict=False)):
             return None
     return runs[0]
@@ -96,12 +91,12 @@ def _padding_counted(
             )
         else:
             fix = "leave the padding out of loss_mask (mask the positions whose target is padding)"
-        return f"example {row}: the loss counts padding: the targets at positions {span(positions)} are the pad id {targets[row][positions[0]]}; {fix}"
+        return f"example {row}: the loss counts padding: the targets at positions {_positions_text(positions)} are the pad id {targets[row][positions[0]]}; {fix}"
     found = _eos_padding(batches, batch, specials)
     if found is not None:
         row, positions, value = found
         return (
-            f"example {row}: the loss counts padding: the targets at positions {span(positions)} are the special id "
+            f"example {row}: the loss counts padding: the targets at positions {_positions_text(positions)} are the special id "
             f"{value} again and again (padding with the end-of-text id?); leave all but the first out of loss_mask"
         )
     return None
@@ -113,8 +108,8 @@ def _real_tokens(ids: list[int], pads: set[int]) -> list[int]:
 
 
 def _padding_after(batch: dict, row: int, position: int, pads: set[int], specials: set[int]) -> bool:
-    """Whether every input of example `row` after `position` is padding: a declared pad or special id, or one id
-    that pads every example of the batch, whose examples end at different places."""
+    """Whether every input of example `row` after `position` is padding: a pad or special id, or one id that
+    pads every example (their ends differ)."""
     ids = batch["input_ids"]
     after = ids[row, position + 1 :].tolist()
     if not after or set(after) <= pads | specials:
@@ -128,8 +123,8 @@ def _padding_after(batch: dict, row: int, position: int, pads: set[int], special
 
 
 def classifies(data, split: str, batch: dict) -> bool:
-    """Whether `split` is classification: its records carry a label of one token, or (without records) every
-    example has one masked position. A record whose `label` is a longer text (a response) is language modelling."""
+    """Whether `split` is classification: its records' label is one token, or (without records) every example
+    has one masked position."""
     source = data.record_source(split)
     if source is not None:
         try:
@@ -147,7 +142,7 @@ def _label_fault(batch: dict, pads: set[int], specials: set[int]) -> str | None:
         positions = mask[row].nonzero().flatten().tolist()
         if len(positions) > 1:
             return (
-                f"example {row}: {len(positions)} positions in the loss mask ({span(positions)}), but a "
+                f"example {row}: {len(positions)} positions in the loss mask ({_positions_text(positions)}), but a "
                 "classification example has one: its label's, at the last position of the input"
             )
         if positions and not _padding_after(batch, row, positions[0], pads, specials):
@@ -169,7 +164,7 @@ def _label_fault(batch: dict, pads: set[int], specials: set[int]) -> str | None:
 def loss_mask(model, data, cfg=None) -> CheckResult:
     """The loss sees what it should: some position of every batch; no padding; in classification one position an
     example, after the whole input has been read."""
-    data = reads(data, cfg)
+    data = as_data_reads(data, cfg)
     read = read_batches(data)
     if not read:
         return CheckResult("loss_mask", SKIP, "not judged: no batch with the Batch layout (see batch_format)")
@@ -205,7 +200,7 @@ def loss_mask(model, data, cfg=None) -> CheckResult:
         return CheckResult(
             "loss_mask",
             WARN,
-            f"{split} batch {b}: examples {shown(rows)} have no position in the loss mask: they cost compute and "
+            f"{split} batch {b}: examples {brief_list(rows)} have no position in the loss mask: they cost compute and "
             "teach nothing (an example of padding only?)",
         )
     kind = "one an example, the label's, after the whole input" if labelled else "language modelling"

@@ -1,9 +1,6 @@
-"""What the data checks read of a fork's datamodule, read once and shared by every data check (the way a
-SampleBatch shares the model checks' passes): the first batches of its own loaders (its collate, sampler and
-workers), the dataset index behind each row, and a bounded sample of each split's items.
-
-A data check takes a datamodule or a DataReads of one (`reads(data)`): the preflight hands the checks one
-DataReads, a test or a fork may hand them the datamodule itself."""
+"""DataReads: what the data checks read of a fork's datamodule, read once for all of them: its own loaders'
+first batches, the dataset index behind each row, a bounded sample of each split. A check takes a datamodule
+or a DataReads (`as_data_reads`)."""
 
 from __future__ import annotations
 
@@ -24,9 +21,9 @@ BATCHES = 3
 ITEMS, ITEM_SECONDS = 4096, 2.0
 
 
-def cloned(batch):
-    """`batch` with every tensor copied, as a dict where it is a mapping (a BatchEncoding, a UserDict): a loader
-    may hand out views of memory it reuses."""
+def copied_batch(batch):
+    """`batch` with every tensor copied (a loader may hand out views of memory it reuses); a mapping as a
+    dict."""
     if isinstance(batch, Mapping):
         return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     return batch
@@ -82,8 +79,8 @@ class DataReads:
         return self.once(("loader", split), lambda: getattr(self.module, f"{split}_dataloader")())
 
     def record_source(self, split: str):
-        """The dataset whose `record(i)` gives the source of example i: the datamodule's own, else the one its
-        loader reads (a loader may wrap the datamodule's dataset in one that has no record)."""
+        """The dataset whose `record(i)` is example i's source: the datamodule's own, else the one its loader
+        reads."""
         for dataset in (self.dataset(split), getattr(self.loader(split), "dataset", None)):
             if dataset is not None and callable(getattr(dataset, "record", None)):
                 return dataset
@@ -96,15 +93,15 @@ class DataReads:
             loader = self.loader(split)
             iterator = iter(loader)
             try:
-                return [cloned(b) for b in islice(iterator, count)]
+                return [copied_batch(b) for b in islice(iterator, count)]
             finally:
                 del iterator  # its worker processes end here, not when the collector gets to them
 
         return self.once(("batches", split, count), read)
 
     def indexed(self, split: str) -> tuple[dict, list[int]] | None:
-        """The split's first batch, as its loader's sampler and collate make it but read in this process, and
-        the index in `record_source(split)` of each row; None where the rows cannot be traced to indices."""
+        """The split's first batch, made by its loader's sampler and collate in this process, and each row's
+        index in `record_source(split)`; None where rows cannot be traced."""
         return self.once(("indexed", split), lambda: self._indexed(split))
 
     def _indexed(self, split: str):
@@ -114,12 +111,12 @@ class DataReads:
         read = loader.dataset
         if not indexable(read):  # a stream: the records' own dataset, read in order in this process
             rows = DataLoader(source, batch_size=loader.batch_size, collate_fn=collate_of(loader))
-            batch = cloned(next(iter(rows), None))
+            batch = copied_batch(next(iter(rows), None))
             count = len(batch["input_ids"]) if isinstance(batch, dict) and "input_ids" in batch else 0
             return None if batch is None else (batch, list(range(count)))
         recorder = Recorder(read)
         rows = DataLoader(recorder, batch_sampler=loader.batch_sampler, collate_fn=collate_of(loader))
-        batch = cloned(next(iter(rows), None))
+        batch = copied_batch(next(iter(rows), None))
         try:
             taken = [operator.index(i) for i in recorder.taken]
         except TypeError:  # a sampler of keys that are not positions: rows cannot be traced to record(i)
@@ -133,9 +130,8 @@ class DataReads:
         return batch, taken
 
     def items(self, split: str, limit: int = ITEMS, seconds: float = ITEM_SECONDS) -> tuple[list, float]:
-        """Up to `limit` items of the split (spread evenly over a map-style dataset; a stream's first), read for
-        at most `seconds`, and the fraction of the split they are (1.0 for a stream read to its end; 0 where
-        its size is unknown)."""
+        """Up to `limit` items of the split (spread over a map-style dataset; a stream's first) read within
+        `seconds`, and their share of the split (a stream: 1.0 read whole, else 0)."""
         return self.once(("items", split), lambda: self._items(split, limit, seconds))
 
     def _items(self, split: str, limit: int, seconds: float):
@@ -161,6 +157,6 @@ class DataReads:
         return items, 1.0 if ended else 0.0
 
 
-def reads(data, cfg=None) -> DataReads:
+def as_data_reads(data, cfg=None) -> DataReads:
     """`data` as a DataReads: itself, or a new one over a datamodule."""
     return data if isinstance(data, DataReads) else DataReads(data, cfg)

@@ -1,5 +1,6 @@
-"""Checks of the data pipeline against its source: rows decode back to the records they were made from (a mismatch
-diagnosed by harness.checks.data.roundtrip_causes), and fixed loaders hand out the same batches pass after pass."""
+"""`data_roundtrip`: rows decode back to the records they were made from (a mismatch diagnosed by
+harness.checks.data.roundtrip_causes); `static_batches`: fixed loaders hand out the same batches every pass.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +10,21 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from harness.checks.data.batch_format import layout_fault, out_of_range, pad_ids, special_ids, vocab_size
-from harness.checks.data.reads import SPLITS, reads
+from harness.checks.data.batch_format import (
+    first_out_of_range,
+    layout_fault,
+    pad_ids,
+    special_ids,
+    vocab_size,
+)
+from harness.checks.data.reads import SPLITS, as_data_reads
 from harness.checks.data.roundtrip_causes import (
-    account,
     agrees,
     diagnose,
     is_classification,
     padding_of,
-    quoted,
+    quoted_difference,
+    quoted_excerpt,
     readings,
     time_major,
     unpadded_text,
@@ -38,9 +45,9 @@ def _record_of(source, i: int) -> dict | None:
 
 
 def data_roundtrip(model, data, cfg=None) -> CheckResult:
-    """Each split's first batch, made by its loader's own sampler and collate, decodes back to the source records
-    of the examples it holds (text, or text and label); a mismatch says which known mistake the evidence fits."""
-    data = reads(data, cfg)
+    """Each split's first batch, made by its loader's own sampler and collate, decodes back to the source
+    records of its examples; a mismatch names the known mistake it fits."""
+    data = as_data_reads(data, cfg)
     checked = 0
     for split in SPLITS:
         if data.record_source(split) is None:
@@ -64,8 +71,8 @@ def data_roundtrip(model, data, cfg=None) -> CheckResult:
 
 
 def _split_roundtrip(data, split: str, batch, indices: list[int]) -> CheckResult | int:
-    """The round trip of one split's first batch (rows `indices` of its records): a result where it is settled
-    (a FAIL, or why it cannot judge), else the number of rows that decode back to their source."""
+    """The round trip of one split's first batch (rows `indices`): a CheckResult where settled, else how many
+    rows decode back."""
     source, tokenizer = data.record_source(split), data.tokenizer
     if layout_fault(batch) is not None:
         return CheckResult(
@@ -75,7 +82,7 @@ def _split_roundtrip(data, split: str, batch, indices: list[int]) -> CheckResult
         return CheckResult(
             "data_roundtrip", FAIL, f"{split} example {indices[0]}: {time_major(batch, len(indices))}"
         )
-    if out_of_range(batch, vocab_size(tokenizer) or 0) is not None:
+    if first_out_of_range(batch, vocab_size(tokenizer) or 0) is not None:
         return CheckResult(
             "data_roundtrip", SKIP, "not judged: the batch holds ids no tokenizer decodes (see ids_in_range)"
         )
@@ -113,18 +120,20 @@ def _split_roundtrip(data, split: str, batch, indices: list[int]) -> CheckResult
             return CheckResult(
                 "data_roundtrip",
                 FAIL,
-                f"{split} example {index}: {told(one, record, index, **context)}; {fix}",
+                f"{split} example {index}: {_first_difference_text(one, record, index, **context)}; {fix}",
             )
     return checked
 
 
-def told(row: dict, record: dict | None, index: int, tokenizer, classify: bool, pads, specials, **_) -> str:
+def _first_difference_text(
+    row: dict, record: dict | None, index: int, tokenizer, classify: bool, pads, specials, **_
+) -> str:
     """Where a row and its source first differ, both quoted without the padding around their text."""
     if record is None:
         return f"record({index}) does not exist"
     got = (readings(row, tokenizer, classify, pads, specials) or [{"text": "(no token it decodes)"}])[0]
     padding = padding_of(tokenizer, pads)
-    return account(unpadded_text(got, padding), unpadded_text(record, padding))
+    return quoted_difference(unpadded_text(got, padding), unpadded_text(record, padding))
 
 
 def _found_in(source, row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> bool:
@@ -150,22 +159,23 @@ def _in_order(loader) -> bool:
     return isinstance(batches, BatchSampler) and isinstance(batches.sampler, SequentialSampler)
 
 
-def difference(a, b) -> str:
+def _difference_text(a, b) -> str:
     """The first places two values of one key differ, briefly: positions and values, never whole tensors."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"shape {list(a.shape)} {a.dtype} then {list(b.shape)} {b.dtype}"
         where = (a != b).nonzero()[:3].tolist()
-        told = "; ".join(
+        places = "; ".join(
             f"at {tuple(w) if len(w) > 1 else w[0]}: {a[tuple(w)].item()} then {b[tuple(w)].item()}"
             for w in where
         )
-        return f"{int((a != b).sum())} of {a.numel()} values differ ({told})"
-    return f"{quoted(repr(a))} then {quoted(repr(b))}"
+        return f"{int((a != b).sum())} of {a.numel()} values differ ({places})"
+    return f"{quoted_excerpt(repr(a))} then {quoted_excerpt(repr(b))}"
 
 
-def same(a, b) -> bool:
-    """Equal, whatever a batch's extra keys hold: tensors, numpy arrays, lists and dicts of them, or plain values."""
+def _values_equal(a, b) -> bool:
+    """Equal, whatever a batch's extra keys hold: tensors, numpy arrays, lists and dicts of them, plain
+    values."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
             isinstance(a, torch.Tensor)
@@ -182,9 +192,9 @@ def same(a, b) -> bool:
             and np.array_equal(a, b)
         )
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(map(_values_equal, a, b))
     try:
         return type(a) is type(b) and bool(a == b)
     except Exception:  # a value that cannot say whether it equals another: compared as text
@@ -195,7 +205,7 @@ def static_batches(
     model, data, cfg=None, batches: int = 3, allowed_to_vary: tuple[str, ...] = ()
 ) -> CheckResult:
     """Two passes over each fixed (unshuffled) loader give identical batches, key by key."""
-    data = reads(data, cfg)
+    data = as_data_reads(data, cfg)
     allowed = set(allowed_to_vary) | set((cfg or {}).get("static_batches_vary", None) or [])
     compared = fixed_loaders = 0
     for split in SPLITS:
@@ -211,16 +221,16 @@ def static_batches(
             for key in sorted(set(one) | set(two)):
                 if key in allowed:
                     continue
-                if key not in one or key not in two or not same(one[key], two[key]):
-                    told = (
+                if key not in one or key not in two or not _values_equal(one[key], two[key]):
+                    how = (
                         "present in one pass only"
                         if key not in one or key not in two
-                        else difference(one[key], two[key])
+                        else _difference_text(one[key], two[key])
                     )
                     return CheckResult(
                         "static_batches",
                         FAIL,
-                        f"{split} loader, batch {i}, key {key!r} differs between two passes: {told}; something "
+                        f"{split} loader, batch {i}, key {key!r} differs between two passes: {how}; something "
                         "mutates or re-randomizes batches (allow a key to vary with static_batches_vary)",
                     )
             compared += 1

@@ -1,18 +1,12 @@
-"""What a batch row decodes to, and when that is not its source, which known mistake the evidence fits: targets
-equal to the inputs or shifted by k, the label inside the input, a time-major layout, another vocabulary, a row
-that holds another example. The round trip (harness.checks.data.roundtrip) asks; each cause is one function of the batch.
-
-A row is one example of a Batch: input_ids [time], targets [time], loss_mask [time]. A row and its source are
-compared with the padding around each text treated alike (`Padding`): a record(i) that holds its padding and a
-row read without it (or the other way round) are the same example."""
+"""Why a batch row does not decode to its source: each cause in CAUSES is one function of the batch (targets
+shifted, the label in the input, time-major, another vocabulary, another example's row); the first that fits
+is the diagnosis. Padding is cut alike on both sides."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from harness.checks.data.batch_format import special_ids
 
@@ -22,7 +16,7 @@ SHIFTS = (0, 1, 2, 3, -1, -2)
 RULE = 0.95
 
 
-def quoted(text: str, at: int = 0, size: int = 40) -> str:
+def quoted_excerpt(text: str, at: int = 0, size: int = 40) -> str:
     """At most `size` characters of `text` around position `at`, quoted, marked where cut."""
     start = max(0, min(at - size // 4, len(text) - size))
     cut = text[start : start + size]
@@ -33,9 +27,9 @@ def _first_difference(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def _unpadded(ids: list[int], pads: set[int], specials: set[int]) -> list[int]:
-    """`ids` without the padding around them: pad ids at either end, and a run of one special id (an end of text
-    repeated) at the end cut to one."""
+def _without_padding(ids: list[int], pads: set[int], specials: set[int]) -> list[int]:
+    """`ids` without the padding around them: pad ids at either end, and a run of one special id at the end
+    cut to one."""
     start, end = 0, len(ids)
     while start < end and ids[start] in pads:
         start += 1
@@ -48,17 +42,15 @@ def _unpadded(ids: list[int], pads: set[int], specials: set[int]) -> list[int]:
 
 @dataclass(frozen=True)
 class Padding:
-    """The padding around a text, as decoded text: `marks`, the text of each pad id other than the end of text
-    (cut from either end); `eos`, the end of text's where the tokenizer pads with it (its pad id, or no pad id
-    declared: a run at the end cut to one, the first closing the text, and a run at the start cut away);
-    `joiner`, what decode puts between two special tokens ("" or a space)."""
+    """The padding around a text, as text: `marks` (pad ids' texts), `eos` (the end of text's, where the
+    tokenizer pads with it), `joiner` (what decode puts between two of them)."""
 
     marks: tuple[str, ...] = ()
     eos: str | None = None
     joiner: str = ""
 
     def cut(self, text: str) -> str:
-        """`text` without the padding around it: applied to a row and to its source alike."""
+        """`text` without the padding around it, cut alike from a row and from its source."""
         lead = (*self.marks, self.eos) if self.eos else self.marks
         closing = self.eos + self.joiner + self.eos if self.eos else None
         while True:
@@ -77,15 +69,15 @@ class Padding:
 
 def _joiner_of(tokenizer, token: int, text: str) -> str:
     """What `tokenizer` puts between two `token`s (whose text is `text`) when it decodes them: "" or whitespace."""
-    twice = decoded(tokenizer, [token, token]) or ""
+    twice = decoded_or_none(tokenizer, [token, token]) or ""
     between = twice[len(text) : len(twice) - len(text)]
     return between if twice.startswith(text) and twice.endswith(text) and between.isspace() else ""
 
 
 def padding_of(tokenizer, pads: set[int]) -> Padding:
-    """The padding `tokenizer` pads with (`pads`: its pad ids, harness.checks.data.batch_format.pad_ids), as text."""
+    """The padding `tokenizer` pads with, as text (`pads`: its pad ids)."""
     eos = special_ids(tokenizer).get("eos_id")
-    texts = {i: decoded(tokenizer, [i]) for i in pads | ({eos} if eos is not None else set())}
+    texts = {i: decoded_or_none(tokenizer, [i]) for i in pads | ({eos} if eos is not None else set())}
     marks = tuple(sorted({texts[i] for i in pads if i != eos and texts[i]}, key=len, reverse=True))
     closing = texts.get(eos) if eos is not None and (eos in pads or not pads) else None
     token = next((i for i in pads if i != eos and texts[i]), eos if closing else None)
@@ -94,8 +86,8 @@ def padding_of(tokenizer, pads: set[int]) -> Padding:
 
 
 def is_classification(record, tokenizer) -> bool:
-    """Whether a record is a classification example's: a `label` of one token (a longer one is a response, the end
-    of a language-modelling text)."""
+    """Whether a record is a classification example's: a `label` of one token (a longer one ends a
+    language-modelling text)."""
     label = record.get("label") if hasattr(record, "get") else None
     try:
         return isinstance(label, str) and len(tokenizer.encode(label)) == 1
@@ -103,7 +95,7 @@ def is_classification(record, tokenizer) -> bool:
         return False
 
 
-def decoded(tokenizer, ids: list[int]) -> str | None:
+def decoded_or_none(tokenizer, ids: list[int]) -> str | None:
     """`ids` decoded, or None where the tokenizer refuses them (an id it does not know)."""
     try:
         return tokenizer.decode(ids)
@@ -112,24 +104,22 @@ def decoded(tokenizer, ids: list[int]) -> str | None:
 
 
 def readings(row: dict, tokenizer, classify: bool, pads: set[int], specials: set[int]) -> list[dict]:
-    """The records `row` may stand for: for language modelling its inputs up to the last masked position, then
-    that position's target; for classification its inputs (up to the label, or all of them) and the masked targets
-    as the label. Each also without the padding around it, and without any special id. Nothing outside the mask
-    is read as a target (it may be -100)."""
+    """The records `row` may stand for (each also without padding, and without special ids): its inputs to the
+    last masked position, then the target(s) there as text or label."""
     ids, targets, mask = (row[k].tolist() for k in ("input_ids", "targets", "loss_mask"))
-    masked = [t for t, keep in enumerate(mask) if keep]
+    masked = [t for t, keep in enumerate(mask) if keep]  # a target outside the mask is never read (-100, say)
     end = masked[-1] + 1 if masked else len(ids)
     if classify:
         texts = [ids[:end], ids]
-        extra = {"label": decoded(tokenizer, [targets[t] for t in masked])}
+        extra = {"label": decoded_or_none(tokenizer, [targets[t] for t in masked])}
     else:
         texts = [ids[:end] + [targets[end - 1]]] if masked else [ids]
         extra = {}
-    texts += [_unpadded(text, pads, specials) for text in texts]
+    texts += [_without_padding(text, pads, specials) for text in texts]
     texts += [[i for i in text if i not in pads | specials] for text in texts]
     seen, out = set(), []
     for text in texts:
-        key, words = tuple(text), decoded(tokenizer, text)
+        key, words = tuple(text), decoded_or_none(tokenizer, text)
         if key not in seen and words is not None:
             seen.add(key)
             out.append({"text": words, **extra})
@@ -137,9 +127,8 @@ def readings(row: dict, tokenizer, classify: bool, pads: set[int], specials: set
 
 
 def sources(record: dict, tokenizer, classify: bool) -> list[dict]:
-    """The record as written, and as the tokenizer can give it back (decode(encode(text))): a tokenizer that
-    normalizes (lowercases, collapses spaces) cannot do better. For language modelling a record's `label`, where it
-    has one (a response after its prompt), is the text's end."""
+    """The record as written and as the tokenizer gives it back (decode(encode(text))); in language modelling
+    a `label` ends the text."""
     if classify:
         want = {"text": record.get("text"), "label": record.get("label")}
     else:
@@ -168,8 +157,7 @@ def agrees(row: dict, record: dict, tokenizer, classify: bool, pads: set[int], s
 
 
 def _mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool, pads, **_) -> str | None:
-    """Language modelling whose loss mask stops before the example ends: its last targets are never learned (the
-    end of text left out of the mask, say)."""
+    """Language modelling whose loss mask stops before the example ends: its last targets never learned."""
     record = records[row]
     if classify or record is None:
         return None
@@ -183,11 +171,13 @@ def _mask_short(batch: dict, row: int, records: list, tokenizer, classify: bool,
         tail = targets[end : end + k]
         if any(i < 0 for i in tail):  # no id there (-100): the inputs hold the same tokens one position on
             tail = ids[end + 1 : end + 1 + k]
-        longer = decoded(tokenizer, ids[:end] + targets[end - 1 : end] + tail) if len(tail) == k else None
+        longer = (
+            decoded_or_none(tokenizer, ids[:end] + targets[end - 1 : end] + tail) if len(tail) == k else None
+        )
         if longer is not None and padding.cut(longer) in wanted:
             return (
                 f"the loss mask ends {k} position{'s' * (k > 1)} before the example does: its last target "
-                f"{decoded(tokenizer, tail)!r} is never learned (the end of text left out of the mask?); mask every "
+                f"{decoded_or_none(tokenizer, tail)!r} is never learned (the end of text left out of the mask?); mask every "
                 "real target"
             )
     return None
@@ -208,7 +198,7 @@ def _shift_of(batch: dict) -> int | None:
     return None
 
 
-def shifted(batch: dict, classify: bool, **_) -> str | None:
+def _shifted_targets(batch: dict, classify: bool, **_) -> str | None:
     """Language modelling whose targets are not the inputs shifted by one."""
     if classify:
         return None
@@ -246,9 +236,9 @@ def time_major(batch: dict, rows: int, **_) -> str | None:
     return None
 
 
-def vocabulary(batch: dict, records: list[dict | None], tokenizer, classify: bool, **_) -> str | None:
-    """Ids that stand, position by position, for the source's tokens through a one-to-one map that is not the
-    tokenizer's: the data was encoded with another vocabulary (or another order of it)."""
+def _other_vocabulary(batch: dict, records: list[dict | None], tokenizer, classify: bool, **_) -> str | None:
+    """Ids that stand one-to-one, position by position, for the source's tokens through a map other than the
+    tokenizer's: another vocabulary (or order)."""
     mapping: dict[int, int] = {}
     for r, record in enumerate(records):
         if record is None:
@@ -303,12 +293,19 @@ def _other_example(
 
 
 #: the causes tried, in order: the first that fits is the diagnosis
-CAUSES = (time_major, _one_example, _label_inside, shifted, _mask_short, vocabulary, _other_example)
+CAUSES = (
+    time_major,
+    _one_example,
+    _label_inside,
+    _shifted_targets,
+    _mask_short,
+    _other_vocabulary,
+    _other_example,
+)
 
 
 def diagnose(batch: dict, row: int, index: int, records: list, lookup: Callable, **context) -> str:
-    """The known cause that fits what row `row` (example `index`) of `batch` holds, or a plain account of the
-    first difference. `records`: the record of each row (None where unknown); `lookup(j)`: record j or None;
+    """The known cause that fits row `row` (example `index`) of `batch`, or ""; `lookup(j)`: record j or None;
     `context`: tokenizer, classify, pads, specials, rows."""
     for cause in CAUSES:
         found = cause(batch=batch, row=row, index=index, records=records, lookup=lookup, **context)
@@ -317,14 +314,9 @@ def diagnose(batch: dict, row: int, index: int, records: list, lookup: Callable,
     return ""
 
 
-def account(got: dict, want: dict) -> str:
+def quoted_difference(got: dict, want: dict) -> str:
     """Where a decoded row and its source first differ, both quoted near there."""
     key = "label" if got.get("text") == want.get("text") and "label" in want else "text"
     a, b = str(got.get(key)), str(want.get(key))
     at = _first_difference(a, b)
-    return f"its {key} decodes to {quoted(a, at)} but the source is {quoted(b, at)} (first difference at character {at})"
-
-
-def _rows_of(batch: dict) -> int:
-    ids = batch.get("input_ids")
-    return int(ids.shape[0]) if isinstance(ids, torch.Tensor) and ids.dim() else 0
+    return f"its {key} decodes to {quoted_excerpt(a, at)} but the source is {quoted_excerpt(b, at)} (first difference at character {at})"

@@ -1,13 +1,6 @@
-"""special_tokens: the special tokens of each example where fine-tuning pipelines most often get them wrong: a BOS
-doubled at a document's start (the tokenizer adds one and the text or its template another); no end of text ever in
-the loss (the pad id is the end-of-text id, and masking the padding by id masks the end of text with it); an end of
-text missing from some padded examples where most end with one, or from every one of them.
-
-It reads the batches every data check reads (harness.checks.data.reads: the first batches of each loader), so it
-costs no more reading. The end of text is judged on language-modelling examples only (a classification example
-learns its label, not where it ends), and only on padded ones: a window of a stream, or a document cut at the
-length, fills its row and has no end of its own. A tokenizer that declares neither bos_id nor eos_id (the
-Tokenizer contract's optional attributes) is not judged."""
+"""`special_tokens`: on the batches every data check reads, the special tokens fine-tuning most often gets
+wrong: a BOS doubled at a document's start, no end of text ever in the loss, an end of text missing from some
+padded examples. A tokenizer declaring neither bos_id nor eos_id is not judged."""
 
 from __future__ import annotations
 
@@ -15,8 +8,8 @@ from dataclasses import dataclass
 
 from harness.checks.data.batch_format import layout_fault, pad_ids, read_batches, special_ids
 from harness.checks.data.loss_mask import classifies, padded_targets
-from harness.checks.data.reads import SPLITS, reads
-from harness.checks.data.roundtrip_causes import decoded, time_major
+from harness.checks.data.reads import SPLITS, as_data_reads
+from harness.checks.data.roundtrip_causes import decoded_or_none, time_major
 from harness.checks.result import FAIL, PASS, SKIP, WARN, CheckResult
 
 NAME = "special_tokens"
@@ -26,47 +19,47 @@ ROWS = 64
 
 @dataclass
 class Example:
-    """One row of a batch read, as lists: `where` names it ("train batch 0, example 3"); `end` is the last position
-    in the loss whose target is no pad id, where its text ends (padding counted in the loss is loss_mask's)."""
+    """One row of a batch read, as lists: `where` names it ("train batch 0, example 3"); `end`, where its text
+    ends (its last target in the loss that is no pad)."""
 
     where: str
     ids: list[int]
     targets: list[int]
     mask: list[bool]
-    language: bool  # a language-modelling example (not a classification one)
+    language: bool  # a language-modelling example: a classification one learns its label, not where it ends
     end: int
 
-    def start(self, pads: set[int]) -> int:
+    def text_start(self, pads: set[int]) -> int:
         """The first position that is not padding (left padding skipped)."""
         return next((t for t, i in enumerate(self.ids) if i not in pads), len(self.ids))
 
-    def after(self) -> int | None:
-        """The id that follows the text (the target after the last one in the loss), read from the inputs where
-        the target there is no id (-100); None where the text fills the row."""
+    def id_after_text(self) -> int | None:
+        """The id that follows the text (from the inputs where that target is no id, -100); None where the
+        text fills the row."""
         t = self.end + 1
         if t < len(self.targets) and self.targets[t] >= 0:
             return self.targets[t]
         return self.ids[t + 1] if t + 1 < len(self.ids) else None
 
-    def length(self, pads: set[int]) -> int:
+    def text_length(self, pads: set[int]) -> int:
         """The tokens of its text: its inputs from the first real one to its end, and the last target."""
-        return self.end - self.start(pads) + 2
+        return self.end - self.text_start(pads) + 2
 
-    def padded(self, pads: set[int]) -> bool:
+    def is_padded(self, pads: set[int]) -> bool:
         """Whether the example is shorter than its row: something follows its text, or padding precedes it."""
         return self.end < len(self.ids) - 1 or (bool(self.ids) and self.ids[0] in pads)
 
 
 def _text_end(targets: list[int], mask: list[bool], pads: set[int], eos: int | None) -> int:
-    """The last position in the loss whose target is not padding (harness.checks.data.loss_mask.padded_targets: a pad id, but
-    an end of text that closes the text where the pad id is the eos id); the last in the loss where every one is."""
+    """The last position in the loss whose target is not padding (padded_targets); the last in the loss where
+    all are."""
     kept, padding = [t for t, keep in enumerate(mask) if keep], set(padded_targets(targets, pads, eos))
     return max((t for t in kept if t not in padding), default=kept[-1])
 
 
-def examples(data, pads: set[int], eos: int | None) -> list[Example]:
-    """Every row with a position in the loss, of the batches read that keep the Batch layout (ROWS of each split
-    at most)."""
+def _loss_examples(data, pads: set[int], eos: int | None) -> list[Example]:
+    """Every row with a position in the loss, of the batches read that keep the Batch layout (ROWS of each
+    split at most)."""
     out, seen = [], dict.fromkeys(SPLITS, 0)
     for split, b, batch in read_batches(data):
         language, room = not classifies(data, split, batch), max(ROWS - seen[split], 0)
@@ -80,8 +73,7 @@ def examples(data, pads: set[int], eos: int | None) -> list[Example]:
 
 
 def _time_major_batches(data) -> bool:
-    """Whether a split's first batch, traced to the examples it holds, is laid out [time, batch] (its rows would be
-    positions, not examples)."""
+    """Whether a split's first batch, traced to its examples, is laid out [time, batch]."""
     traced = [data.indexed(split) for split in SPLITS]
     return any(
         isinstance(batch, dict) and layout_fault(batch) is None and time_major(batch, rows=len(indices))
@@ -89,17 +81,17 @@ def _time_major_batches(data) -> bool:
     )
 
 
-def eos_in_loss(read: list[Example], eos: int) -> int:
+def _eos_in_loss(read: list[Example], eos: int) -> int:
     """How many targets in the loss are the end of text."""
     return sum(keep and t == eos for e in read for t, keep in zip(e.targets, e.mask, strict=True))
 
 
 def _doubled_bos(read: list[Example], bos: int, eos: int | None, pads: set[int]) -> str | None:
-    """A FAIL's detail where a document begins with the BOS twice: at an example's first real position, or right
-    after an end of text inside a packed row."""
+    """A FAIL's detail where a document begins with the BOS twice: at an example's first real position, or
+    after an end of text in a packed row."""
     for example in read:
         ids = example.ids
-        starts = {example.start(pads)} | {t + 1 for t, i in enumerate(ids) if i == eos}
+        starts = {example.text_start(pads)} | {t + 1 for t, i in enumerate(ids) if i == eos}
         for s in sorted(starts):
             if s + 1 < len(ids) and ids[s] == ids[s + 1] == bos:
                 return (
@@ -111,11 +103,11 @@ def _doubled_bos(read: list[Example], bos: int, eos: int | None, pads: set[int])
 
 
 def _eos_masked(read: list[Example], eos: int, pads: set[int]) -> str | None:
-    """A FAIL's detail where an end of text follows a text but no end of text is a target in the loss anywhere:
-    the model never learns to stop."""
-    if eos_in_loss(read, eos):
+    """A FAIL's detail where an end of text follows a text but none is a target in the loss anywhere: the
+    model never learns to stop."""
+    if _eos_in_loss(read, eos):
         return None
-    closed = next((e for e in read if e.language and e.after() == eos), None)
+    closed = next((e for e in read if e.language and e.id_after_text() == eos), None)
     if closed is None:
         return None
     if eos in pads:
@@ -134,26 +126,27 @@ def _eos_masked(read: list[Example], eos: int, pads: set[int]) -> str | None:
 def _endings(
     read: list[Example], eos: int, pads: set[int]
 ) -> tuple[list[Example], list[Example], list[Example]]:
-    """The padded language-modelling examples (each a document of its own), those that end with the end of text,
-    and those that end without it before the longest text read (one as long as that may be cut at the length,
-    then padded to a round size)."""
+    """The padded language-modelling examples (each a document), those ending with the end of text, and those
+    ending without it before the longest text read."""
     language = [e for e in read if e.language]
-    longest = max((e.length(pads) for e in language), default=0)
-    documents = [e for e in language if e.padded(pads)]
+    longest = max((e.text_length(pads) for e in language), default=0)
+    # the end of windows of a stream, or of documents cut at the length, is no end of their own: they fill
+    # their row, or are as long as the longest text read (cut at the length, then padded to a round size)
+    documents = [e for e in language if e.is_padded(pads)]
     ending = [e for e in documents if e.targets[e.end] == eos]
-    missing = [e for e in documents if e.targets[e.end] != eos and e.length(pads) < longest]
+    missing = [e for e in documents if e.targets[e.end] != eos and e.text_length(pads) < longest]
     return documents, ending, missing
 
 
 def _eos_missing(read: list[Example], eos: int, pads: set[int], tokenizer) -> CheckResult | None:
-    """Padded examples without an end of text: a FAIL naming one where most end with one, a WARN where none does
-    and no eos is in the loss anywhere; None where every one ends with it, or none is padded."""
+    """Padded examples without an end of text: a FAIL naming one where most end with it, a WARN where none
+    does and no eos is in the loss; else None."""
     _, ending, missing = _endings(read, eos, pads)
     if not missing:
         return None
     if len(ending) > len(missing):
         example = missing[0]
-        last = decoded(tokenizer, [example.targets[example.end]])
+        last = decoded_or_none(tokenizer, [example.targets[example.end]])
         return CheckResult(
             NAME,
             FAIL,
@@ -161,7 +154,7 @@ def _eos_missing(read: list[Example], eos: int, pads: set[int], tokenizer) -> Ch
             f"text (eos_id {eos}), where {len(ending)} of the {len(ending) + len(missing)} padded examples read end "
             "with one; append the eos to every example, whichever path builds it",
         )
-    if ending or eos_in_loss(read, eos):
+    if ending or _eos_in_loss(read, eos):
         return None
     paired = (
         " (the pad id is the eos id: a mask of targets != pad_id would drop it again)" if eos in pads else ""
@@ -175,7 +168,7 @@ def _eos_missing(read: list[Example], eos: int, pads: set[int], tokenizer) -> Ch
     )
 
 
-def judged(read: list[Example], specials: dict[str, int], pads: set[int]) -> str:
+def _pass_detail(read: list[Example], specials: dict[str, int], pads: set[int]) -> str:
     """A PASS's detail: what was looked at."""
     bos, eos = specials.get("bos_id"), specials.get("eos_id")
     parts = []
@@ -192,15 +185,15 @@ def judged(read: list[Example], specials: dict[str, int], pads: set[int]) -> str
             f" ({cut} cut)" if cut else ""
         )
         ends = ends if documents else "none padded (windows or cut texts)"
-        parts.append(f"{ends}; {eos_in_loss(read, eos)} eos targets in the loss")
-    told = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in specials.items())
-    return f"{len(read)} examples read ({told}): " + "; ".join(parts)
+        parts.append(f"{ends}; {_eos_in_loss(read, eos)} eos targets in the loss")
+    specials_read = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in specials.items())
+    return f"{len(read)} examples read ({specials_read}): " + "; ".join(parts)
 
 
 def special_tokens(model, data, cfg=None) -> CheckResult:
-    """Each example's special tokens where fine-tuning most often breaks them: the BOS added once, the end of text
-    in the loss, and present at the end of every padded example where most have it."""
-    data = reads(data, cfg)
+    """Each example's special tokens where fine-tuning most often breaks them: the BOS added once, the end of
+    text in the loss and at the end of every padded example where most have it."""
+    data = as_data_reads(data, cfg)
     specials = special_ids(data.tokenizer)
     bos, eos = specials.get("bos_id"), specials.get("eos_id")
     if bos is None and eos is None:
@@ -208,7 +201,7 @@ def special_tokens(model, data, cfg=None) -> CheckResult:
     if not read_batches(data) or _time_major_batches(data):
         return CheckResult(NAME, SKIP, "not judged: the batches are not Batches (see batch_format)")
     pads = pad_ids(data.tokenizer)
-    read = examples(data, pads, eos)
+    read = _loss_examples(data, pads, eos)
     if not read:
         return CheckResult(NAME, SKIP, "not judged: no example has a position in the loss (see loss_mask)")
     if bos is not None and bos != eos and bos not in pads:
@@ -222,4 +215,4 @@ def special_tokens(model, data, cfg=None) -> CheckResult:
         missing = _eos_missing(read, eos, pads, data.tokenizer)
         if missing is not None:
             return missing
-    return CheckResult(NAME, PASS, judged(read, specials, pads))
+    return CheckResult(NAME, PASS, _pass_detail(read, specials, pads))

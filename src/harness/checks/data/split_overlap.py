@@ -1,11 +1,6 @@
-"""Training and validation hold different examples: a validation set that is (part of) the training set measures
-memorization, and every curve read from it lies.
-
-Judged on a bounded sample of each split (harness.checks.data.reads.DataReads.items): whole examples by hash, and
-for long examples their stretches of SHINGLE tokens against the training sample read as one stream, so that
-validation windows cut from the training text at other offsets are found too. Padding is no content. Data whose
-examples repeat anyway (a tiny vocabulary at a tiny length) repeats within training as often as across the
-splits: an overlap counts only where chance cannot explain it."""
+"""`split_overlap`: training and validation hold different examples, judged on a bounded sample of each split:
+whole examples by hash, long ones also by their SHINGLE-token stretches against training read as one stream.
+An overlap counts only where training's own repeats cannot explain it."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ import numpy as np
 import torch
 
 from harness.checks.data.batch_format import layout_fault, pad_ids
-from harness.checks.data.reads import reads
+from harness.checks.data.reads import as_data_reads
 from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 from harness.data.batch import collate_of
 
@@ -30,9 +25,8 @@ OVERLAP, CHANCE = 0.3, 0.01
 LONG, SHINGLE, COVERED = 64, 32, 0.9
 
 
-def alone(item, collate) -> dict | None:
-    """An item collated on its own by its loader's collate (a Batch of one, without padding), or None where that
-    is not a Batch."""
+def _collated_alone(item, collate) -> dict | None:
+    """An item collated alone by its loader's collate (one row, no padding); None where that is no Batch."""
     try:
         batch = collate([item])
     except Exception:  # an item its own collate refuses alone: nothing to compare
@@ -42,9 +36,9 @@ def alone(item, collate) -> dict | None:
     return {k: batch[k][0] for k in ("input_ids", "targets", "loss_mask")}
 
 
-def tokens(row: dict, pads: set[int]) -> np.ndarray:
-    """An example's content as int64 ids: its inputs up to its last masked position and that position's target
-    (a language-modelling window whole), padding left out."""
+def _content_ids(row: dict, pads: set[int]) -> np.ndarray:
+    """An example's content as int64 ids: its inputs to its last masked position and that target, padding left
+    out."""
     ids, mask = row["input_ids"], row["loss_mask"]
     masked = mask.nonzero().flatten()
     end = int(masked[-1]) + 1 if len(masked) else len(ids)
@@ -53,15 +47,15 @@ def tokens(row: dict, pads: set[int]) -> np.ndarray:
     return kept[~np.isin(kept, list(pads))] if pads else kept
 
 
-def key(row: dict) -> bytes:
+def _example_key(row: dict) -> bytes:
     """What makes an example the example it is: its inputs and the targets the loss sees."""
     labels = row["targets"][row["loss_mask"]].numpy().astype(np.int64).tobytes()
     return row["input_ids"].numpy().astype(np.int64).tobytes() + b"|" + labels
 
 
 def _shingles(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """A 64-bit hash of every stretch of `size` consecutive ids (uint64[len(ids) - size + 1]), and whether the
-    stretch holds more than one id (a run of one token, padding or not, says nothing of where text came from)."""
+    """A 64-bit hash of every stretch of `size` consecutive ids, and whether each holds more than one id (a
+    run of one token tells nothing of where text came from)."""
     windows = np.lib.stride_tricks.sliding_window_view(ids.astype(np.uint64), size)
     powers = np.uint64(1_000_003) ** np.arange(size, dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -69,7 +63,7 @@ def _shingles(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return hashes, windows.min(axis=1) != windows.max(axis=1)
 
 
-def covered(ids: np.ndarray, known: np.ndarray, size: int) -> float:
+def _covered_share(ids: np.ndarray, known: np.ndarray, size: int) -> float:
     """The share of `ids`' positions inside a stretch of `size` whose hash is in `known` (sorted)."""
     hashes, varied = _shingles(ids, size)
     where = np.minimum(np.searchsorted(known, hashes), len(known) - 1)
@@ -81,18 +75,19 @@ def covered(ids: np.ndarray, known: np.ndarray, size: int) -> float:
 
 
 def _found_stretches(train: list[np.ndarray], val: list[np.ndarray]) -> tuple[int, int]:
-    """(validation examples of LONG+ ids with COVERED of their positions in training's stretches, such examples).
-    The training sample is also read as one stream, its items joined in order, whole or less their last token
-    (windows that tile a stream, or share one token with the next): a stretch across two windows counts."""
+    """(long validation examples with COVERED of their positions in training's stretches, long validation
+    examples); training is also read as one stream."""
     longs = [ids for ids in val if len(ids) >= LONG]
     streams = [ids for ids in train if len(ids) >= SHINGLE]
-    if train:
+    if (
+        train
+    ):  # items joined in order, whole or less their last token: windows that tile a stream, or share one
         streams += [np.concatenate(train), np.concatenate([ids[:-1] for ids in train])]
     if not longs or not streams:
         return 0, 0
     found = [_shingles(ids, SHINGLE) for ids in streams if len(ids) >= SHINGLE]
     known = np.unique(np.concatenate([hashes[varied] for hashes, varied in found]))
-    return sum(covered(ids, known, SHINGLE) >= COVERED for ids in longs), len(longs)
+    return sum(_covered_share(ids, known, SHINGLE) >= COVERED for ids in longs), len(longs)
 
 
 def _by_chance(hits: int, n: int, p: float) -> float:
@@ -114,10 +109,9 @@ def _by_chance(hits: int, n: int, p: float) -> float:
 
 
 def split_overlap(model, data, cfg=None) -> CheckResult:
-    """No validation example is a training example: whole examples by hash, long ones also by their stretches,
-    beyond what chance gives where training repeats itself. The overlap is reported as a share of the validation
-    read."""
-    data = reads(data, cfg)
+    """No validation example is a training example beyond what chance gives: whole examples by hash, long ones
+    also by their stretches."""
+    data = as_data_reads(data, cfg)
     train_set, val_set = data.dataset("train"), data.dataset("val")
     if train_set is not None and train_set is val_set:
         return CheckResult(
@@ -126,17 +120,21 @@ def split_overlap(model, data, cfg=None) -> CheckResult:
             "val_dataset is train_dataset itself: validation measures memorization; hold examples out for it",
         )
     items, share = data.items("train")
-    train = [r for r in (alone(i, collate_of(data.loader("train"))) for i in items) if r is not None]
+    train = [
+        r for r in (_collated_alone(i, collate_of(data.loader("train"))) for i in items) if r is not None
+    ]
     items, _ = data.items("val", limit=VAL_ITEMS)
-    val = [r for r in (alone(i, collate_of(data.loader("val"))) for i in items) if r is not None]
+    val = [r for r in (_collated_alone(i, collate_of(data.loader("val"))) for i in items) if r is not None]
     if not train or not val:
         return CheckResult("split_overlap", SKIP, "not judged: no example of both splits could be read")
-    train_keys, val_keys = Counter(map(key, train)), list(map(key, val))
+    train_keys, val_keys = Counter(map(_example_key, train)), list(map(_example_key, val))
     hits = sum(k in train_keys for k in val_keys)
     repeats = sum(c for c in train_keys.values() if c > 1) / len(train)
     chance = _by_chance(hits, len(val_keys), max(repeats, 1 / (2 * len(train))))
     pads = pad_ids(data.tokenizer)
-    found, longs = _found_stretches([tokens(r, pads) for r in train], [tokens(r, pads) for r in val])
+    found, longs = _found_stretches(
+        [_content_ids(r, pads) for r in train], [_content_ids(r, pads) for r in val]
+    )
     overlap, stretched = hits / len(val_keys), found / longs if longs else 0.0
     sample = f"{len(val)} validation and {len(train)} training examples read" + (
         f" ({share:.0%} of the training set)" if 0 < share < 1 else ""

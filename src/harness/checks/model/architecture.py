@@ -1,7 +1,6 @@
-"""Checks of how the model is built, read from one watched eval-mode forward at initialization (watched_forward.py): each
-residual block passes its input on, attention spreads its weight over the keys, and the log-probabilities stay
-finite when a prediction is certain. Each needs only the Model contract (docs/contracts.md); where the model has
-no such part (no stack of blocks, no attention, no module making the logits) the check says so and passes."""
+"""The architecture checks, read from one watched eval-mode forward at init (watched_forward.py): `residual`,
+`attention_scale` and `stable_log_probs`. Each needs only the Model contract; a model without such a part
+passes, saying it was not judged."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from torch import nn
 from harness.checks.model.passes import step_settings
 from harness.checks.model.score_scale import Reading, declared_scale
 from harness.checks.model.watched_forward import NOISE, shared_inside_pass
-from harness.checks.result import FAIL, PASS, WARN, CheckResult, shown
+from harness.checks.result import FAIL, PASS, WARN, CheckResult, brief_list
 
 #: a block passes its input on when its output keeps at least this share of it (x + f(x) keeps all of it: ~1,
 #: whatever f adds; f(x) alone keeps what chance gives, ~0) or points this close to it (a post-norm block,
@@ -28,8 +27,8 @@ ONE_HOT = 0.6
 
 
 def residual(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """Every block of a stack (the model's numbered, chained blocks) passes its input on at initialization: its
-    output keeps its input (x + f(x)), as a residual connection makes it."""
+    """Every block of the model's stack (numbered, chained children) passes its input on at initialization:
+    its output keeps its input, as x + f(x) does."""
     stacks = shared_inside_pass(model, batch, cfg).stacks
     blocks = [block for found in stacks.values() for block in found]
     if not blocks:
@@ -46,7 +45,7 @@ def residual(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "residual",
             FAIL,
-            f"{shown(n for n, _, _ in lost)} do not pass their input on: the share of its input a block's output "
+            f"{brief_list(n for n, _, _ in lost)} do not pass their input on: the share of its input a block's output "
             f"keeps is {figures} (cosine {max(cos for *_, cos in lost):.2f} at most), where a residual block "
             "keeps all of it (x + f(x): ~1): the residual connection is missing (x = f(x) where x = x + f(x) "
             "was meant)",
@@ -61,10 +60,9 @@ def residual(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
 
 
 def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """Attention scales q·kᵀ by 1/sqrt(head_dim) before its softmax, read from what the code computes
-    (score_scale.py), or by the `attention_scale` a module declares; queries and keys of constant length (QK-norm)
-    take a temperature instead. And at initialization it spreads each query's weight over its keys: nearly one-hot
-    weights (a saturated softmax, whose gradient to queries and keys all but vanishes) mean scores far too large."""
+    """Attention scales q·kᵀ by 1/sqrt(head_dim) before its softmax (or by a module's declared
+    `attention_scale`; a temperature where q and k are normalized), and at init spreads each query's weight
+    over its keys."""
     inside = shared_inside_pass(model, batch, cfg)
     found = inside.attention
     if not found:
@@ -81,13 +79,13 @@ def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "attention_scale",
             FAIL,
-            f"attention is nearly one-hot at initialization in {shown(saturated)}: its top key takes "
+            f"attention is nearly one-hot at initialization in {brief_list(saturated)}: its top key takes "
             f"{excess:.0%} of the way from a uniform weight to all of it ({name}; its scores' std over the keys "
             f"{spread:.3g}), where a correct init spreads the weight: "
             "the scores are scaled far too large (multiplied by sqrt(head_dim) instead of divided, or not "
             "scaled), and the softmax passes almost no gradient to the queries and keys",
         )
-    wrong, small, read = _scales_judged(model, inside.scales)
+    wrong, small, read = _scale_verdicts(model, inside.scales)
     if wrong:
         return CheckResult("attention_scale", FAIL, wrong)
     worst = max(m[0] for m in means.values())
@@ -96,14 +94,14 @@ def attention_scale(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         "attention_scale",
         WARN if small else PASS,
         small
-        or f"{read}; attention spreads its weight at init in {shown(means)} (the top key at most {worst:.0%} of "
+        or f"{read}; attention spreads its weight at init in {brief_list(means)} (the top key at most {worst:.0%} of "
         f"the way from uniform to one-hot; the scores' std over the keys up to {spread:.3g})",
     )
 
 
-def _scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[str, str, str]:
-    """(a FAIL's detail, a WARN's detail, what was read) of each attention module's scale: the median over its
-    calls of the factor it applies to q·kᵀ, against 1/sqrt(head_dim) or what it declares."""
+def _scale_verdicts(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[str, str, str]:
+    """(a FAIL's detail, a WARN's detail, what was read) of the attention modules' scales: each one's median
+    factor on q·kᵀ against 1/sqrt(head_dim) or what it declares."""
     large, small, temperatures, kept = [], [], [], []
     for name, readings in scales.items():
         reading = sorted(readings, key=lambda r: r.ratio)[len(readings) // 2]
@@ -127,8 +125,8 @@ def _scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[
     if large:
         name, reading = max(large, key=lambda item: item[1].ratio)
         return _too_large(name, reading, [n for n, _ in large]), "", ""
-    parts = [f"by 1/sqrt(head_dim), or as declared, in {shown(kept)}"] if kept else []
-    parts += [f"by a temperature on normalized q and k in {shown(temperatures)}"] if temperatures else []
+    parts = [f"by 1/sqrt(head_dim), or as declared, in {brief_list(kept)}"] if kept else []
+    parts += [f"by a temperature on normalized q and k in {brief_list(temperatures)}"] if temperatures else []
     read = (
         f"attention scales q·kᵀ as it should ({'; '.join(parts)})"
         if parts
@@ -139,7 +137,7 @@ def _scales_judged(model: nn.Module, scales: dict[str, list[Reading]]) -> tuple[
         return (
             "",
             (
-                f"{shown(n for n, _ in small)} scale q·kᵀ by {reading.factor:.3g} ({name}), {reading.ratio:.3g} times "
+                f"{brief_list(n for n, _ in small)} scale q·kᵀ by {reading.factor:.3g} ({name}), {reading.ratio:.3g} times "
                 f"1/sqrt(head_dim) = 1/sqrt({reading.width}): scores that small learn slowly (scaled twice?); a "
                 f"temperature meant so: declare `attention_scale = {reading.factor:.3g}` on the module"
             ),
@@ -158,7 +156,7 @@ def _too_large(name: str, reading: Reading, names: list[str]) -> str:
     else:
         cause = "scaled by more than 1/sqrt(head_dim)"
     return (
-        f"{shown(names)} scale q·kᵀ by {reading.factor:.3g} before the softmax ({name}), {ratio:.3g} times "
+        f"{brief_list(names)} scale q·kᵀ by {reading.factor:.3g} before the softmax ({name}), {ratio:.3g} times "
         f"1/sqrt(head_dim) = 1/sqrt({width}) = {1 / math.sqrt(width):.3g}: the scores are {cause}, "
         f"{ratio:.3g} times too large; the softmax saturates as the weights grow and passes little gradient to "
         f"the queries and keys (a temperature meant so: declare `attention_scale = {reading.factor:.3g}` on the "
@@ -167,9 +165,8 @@ def _too_large(name: str, reading: Reading, names: list[str]) -> str:
 
 
 def stable_log_probs(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
-    """With the output head's logits pushed to extreme confidence (random logits of std NOISE added, so every
-    prediction has a probability of ~1) the model's logits and the loss stay finite, as they do on a correct
-    model: log(softmax(x)), or a log-sum-exp without its max subtracted, gives -inf or NaN there."""
+    """With random logits of std NOISE added to the output head's (every prediction certain), the model's
+    logits and the loss stay finite: log(softmax(x)) gives -inf there."""
     found = shared_inside_pass(model, batch, cfg)
     if found.head is None:
         return CheckResult(

@@ -1,5 +1,5 @@
-"""Checks of what a model does at initialization: loss near a uniform guess, repeatable under a seed and
-leaving the global random generators alone; and every twin agreeing with itself."""
+"""The checks at initialization: `init_loss` (near a uniform guess), `determinism` and `global_rng`
+(repeatable under a seed, the global generators left alone); and `twins` (every twin agrees with itself)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import math
 import torch
 from torch import nn
 
-from harness.checks.model.passes import masked_loss, shared, shared_train_pass, step_settings, train_pass
-from harness.checks.result import FAIL, PASS, WARN, CheckResult, shown
+from harness.checks.model.passes import (
+    computed_once,
+    masked_loss,
+    shared_train_pass,
+    step_settings,
+    train_pass,
+)
+from harness.checks.result import FAIL, PASS, WARN, CheckResult, brief_list
 from harness.data.batch import to_device, training_mode
 from harness.ops.loss import loss_of
 from harness.seeding import rng_state, seed_all
@@ -18,15 +24,13 @@ from harness.seeding import rng_state, seed_all
 def init_loss(
     model: nn.Module, batch: dict, cfg=None, warn_at: float = 0.1, fail_at: float = 0.25
 ) -> CheckResult:
-    """The loss at initialization is near ln(classes), the loss of a uniform guess over the logits.
-
-    Judged on the loss averaged over every class as the target (log-sum-exp less the mean logit), at the
-    masked positions: what the output scale alone says, without the noise of which targets a few positions
-    happen to hold (4 positions of logits with std 0.6 scatter their loss by ~10%). The loss on the batch's
-    own targets is reported beside it."""
+    """The loss at initialization is near ln(classes), a uniform guess's, averaged over every class as the
+    target at the masked positions (the batch's own targets' loss reported beside it)."""
     logits = _shared_eval_pass(model, batch)[0].float()
     batch = to_device(batch, model)
     measured = masked_loss(logits, batch, loss_of(cfg)).item()
+    # what the output scale alone says, without the noise of which targets a few positions hold (4 positions
+    # of logits with std 0.6 scatter their loss by ~10%)
     at = logits[batch["loss_mask"]]  # [masked position, class]
     any_target = (at.logsumexp(dim=-1) - at.mean(dim=-1)).mean().item()
     expected = math.log(logits.shape[-1])
@@ -56,7 +60,7 @@ def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "determinism",
             FAIL,
-            f"forward changes {shown(changed)} in place (checksum before and after one forward pass "
+            f"forward changes {brief_list(changed)} in place (checksum before and after one forward pass "
             "differ): every pass runs a different model; keep running values in a buffer and leave "
             "weight updates to the optimizer",
         )
@@ -83,12 +87,12 @@ def determinism(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     return CheckResult("determinism", PASS, "same seed, same loss and gradients, bit for bit")
 
 
-def same(x, y) -> bool:
+def _rng_states_equal(x, y) -> bool:
     """Equal, tensors and nested lists of them included (the parts of an rng_state())."""
     if isinstance(x, torch.Tensor):
         return isinstance(y, torch.Tensor) and bool(torch.equal(x, y))
     if isinstance(x, (list, tuple)):
-        return isinstance(y, (list, tuple)) and len(x) == len(y) and all(map(same, x, y))
+        return isinstance(y, (list, tuple)) and len(x) == len(y) and all(map(_rng_states_equal, x, y))
     return x == y
 
 
@@ -103,10 +107,10 @@ def _eval_pass(model: nn.Module, batch: dict, seed: int) -> tuple[torch.Tensor, 
 
 
 def _shared_eval_pass(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict, dict]:
-    return shared(batch, ("eval", 1), model, lambda: _eval_pass(model, batch, 1))
+    return computed_once(batch, ("eval", 1), model, lambda: _eval_pass(model, batch, 1))
 
 
-def drawing_module(model: nn.Module, batch: dict) -> str:
+def _drawing_module(model: nn.Module, batch: dict) -> str:
     """Where an eval-mode forward touches the global generators: the innermost module whose call changes
     their state, or forward's own code."""
     touched: list[str] = []
@@ -121,7 +125,7 @@ def drawing_module(model: nn.Module, batch: dict) -> str:
     def post(name):
         def hook(module, args, output):
             end = rng_state()
-            if not touched and any(not same(before[name][k], end[k]) for k in end):
+            if not touched and any(not _rng_states_equal(before[name][k], end[k]) for k in end):
                 touched.append(name)
 
         return hook
@@ -142,14 +146,17 @@ def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     _, start, end = _shared_eval_pass(model, batch)
     _, other_start, other_end = _eval_pass(model, batch, 2)
     reseeded = [  # two different starting states (not CUDA's on a CPU: none), one end state
-        name for name in end if not same(start[name], other_start[name]) and same(end[name], other_end[name])
+        name
+        for name in end
+        if not _rng_states_equal(start[name], other_start[name])
+        and _rng_states_equal(end[name], other_end[name])
     ]
-    drawn = [name for name in end if not same(start[name], end[name])]
+    drawn = [name for name in end if not _rng_states_equal(start[name], end[name])]
     if reseeded:
         return CheckResult(
             "global_rng",
             FAIL,
-            f"forward re-seeds the global RNG ({', '.join(reseeded)}), {drawing_module(model, batch)}: started "
+            f"forward re-seeds the global RNG ({', '.join(reseeded)}), {_drawing_module(model, batch)}: started "
             "from two different seeds, it ends in the same state, so every call draws the same 'random' "
             "numbers whatever the run's seed (remove the seeding call from forward)",
         )
@@ -158,7 +165,7 @@ def global_rng(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "global_rng",
             FAIL,
             f"an eval-mode forward draws from the global RNG ({', '.join(drawn)}), "
-            f"{drawing_module(model, batch)}: evaluation is random and shifts every random number drawn after "
+            f"{_drawing_module(model, batch)}: evaluation is random and shifts every random number drawn after "
             "it (a torch.rand*/randn*/randperm or numpy/random call outside dropout, or dropout with "
             "training=True)",
         )

@@ -1,19 +1,16 @@
-"""Checks of what the logits may and may not depend on, measured at the token level: change some input
-tokens and see which logits move. Leaks before the embedding (a shift of the ids, a second embedding path)
-are caught like any other. A failure names the first module whose output breaks the property
-(harness.checks.model.first_break) and says which positions or examples leak into which.
-
-Every forward pass runs as training does (train mode, re-seeded, so dropout draws the same masks)."""
+"""The dependence checks: change some input tokens, see which logits move (causality, batch_independence,
+word_order, input_dependence), every forward in train mode, re-seeded. A FAIL names which positions or
+examples leak into which, and the first module that breaks it (first_break)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from harness.checks.model.first_break import examples, first_break, up_to
+from harness.checks.model.first_break import examples_region, first_break, positions_up_to
 from harness.checks.model.gradients import one_step
 from harness.checks.model.passes import Runner, WeightsChanged, shared_train_pass, step_settings
-from harness.checks.result import FAIL, PASS, WARN, CheckResult, shown
+from harness.checks.result import FAIL, PASS, WARN, CheckResult, brief_list
 from harness.data.batch import to_device
 
 #: a model ignores word order when swapping two tokens moves its logits by less than this fraction of what
@@ -25,23 +22,22 @@ ORDER_BLIND = 1e-3
 TOLERANCE = 1e-5
 
 
-def replaced(ids: torch.Tensor, where: torch.Tensor, vocab: int, seed: int = 1) -> torch.Tensor:
+def _with_tokens_replaced(ids: torch.Tensor, where: torch.Tensor, vocab: int, seed: int = 1) -> torch.Tensor:
     """`ids` with every token where `where` (Bool, broadcast to ids) is True replaced by a different one."""
     generator = torch.Generator().manual_seed(seed)
     offset = torch.randint(1, max(vocab, 2), ids.shape, generator=generator).to(ids.device)
     return torch.where(where.expand_as(ids), (ids + offset) % vocab, ids)
 
 
-def moved(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
-    """Bool, per element of the leading axes of a and b ([..., vocab]): the logits there moved."""
+def logits_moved(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    """Bool over the leading axes of `a` and `b` ([..., vocab]): the logits there moved by more than TOLERANCE
+    of `scale`."""
     return (a - b).abs().amax(dim=-1) > TOLERANCE * max(scale, 1e-30)
 
 
-def judged(name: str, judge, model: nn.Module, batch: dict, cfg) -> CheckResult:
-    """`judge(model, ids, run, base)` -> CheckResult, or None when nothing it changed moved any logit (`base`:
-    the logits of `ids`). Then, once, the same judgement on a copy after one optimizer step: a
-    zero-initialized output hides the input at step 0 by design. None again: the model ignores its input,
-    and VACUOUS says what that means here."""
+def judge_now_or_after_step(name: str, judge, model: nn.Module, batch: dict, cfg) -> CheckResult:
+    """`judge(model, ids, run, base logits)`'s CheckResult; where it finds nothing moved (None), once more on
+    a copy after one optimizer step; None again: VACUOUS[name]."""
     seed, lr, loss = step_settings(cfg)
     found = shared_train_pass(
         model, batch, seed, loss
@@ -53,6 +49,7 @@ def judged(name: str, judge, model: nn.Module, batch: dict, cfg) -> CheckResult:
         result = judge(model, ids, Runner(model, seed), found.logits.float())
         if result is not None:
             return result
+        # a zero-initialized output hides the input at step 0 by design: judged again after one step
         stepped = one_step(model, batch, seed, lr, found.grads, loss)
         run = Runner(stepped, seed)
         result = judge(stepped, ids, run, run(ids))
@@ -83,18 +80,18 @@ def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         scale, vocab = base.abs().amax().item(), base.shape[-1]
         any_moved = False
         for t in boundaries:
-            other = replaced(ids, _at_positions(ids, range(t + 1, time)), vocab)
+            other = _with_tokens_replaced(ids, _at_positions(ids, range(t + 1, time)), vocab)
             out = run(other)
-            leaked = moved(out[:, : t + 1], base[:, : t + 1], scale).any(dim=0)
-            any_moved = any_moved or bool(moved(out[:, t + 1 :], base[:, t + 1 :], scale).any())
+            leaked = logits_moved(out[:, : t + 1], base[:, : t + 1], scale).any(dim=0)
+            any_moved = any_moved or bool(logits_moved(out[:, t + 1 :], base[:, t + 1 :], scale).any())
             if leaked.any():
                 pattern = _leak_pattern(run, ids, base, scale, vocab, t)
-                where = first_break(model, run, ids, other, up_to(t))
+                where = first_break(model, run, ids, other, positions_up_to(t))
                 return CheckResult(
                     "causality",
                     FAIL,
                     f"changing the inputs after position {t} moves the output at positions "
-                    f"{shown(leaked.nonzero().flatten().tolist())}: {pattern}; {where}",
+                    f"{brief_list(leaked.nonzero().flatten().tolist())}: {pattern}; {where}",
                 )
         if not any_moved:
             return None
@@ -103,7 +100,7 @@ def causality(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "causality", PASS, f"no output moves when later inputs change (after positions {after})"
         )
 
-    return judged("causality", judge, model, batch, cfg)
+    return judge_now_or_after_step("causality", judge, model, batch, cfg)
 
 
 def _leak_pattern(run: Runner, ids, base, scale: float, vocab: int, t: int) -> str:
@@ -111,13 +108,13 @@ def _leak_pattern(run: Runner, ids, base, scale: float, vocab: int, t: int) -> s
     time = ids.shape[1]
     seen = {}
     for source in sorted({t + 1, (t + time) // 2, time - 1}):
-        out = run(replaced(ids, _at_positions(ids, [source]), vocab, seed=source))
-        hit = moved(out[:, :source], base[:, :source], scale).any(dim=0).nonzero().flatten().tolist()
+        out = run(_with_tokens_replaced(ids, _at_positions(ids, [source]), vocab, seed=source))
+        hit = logits_moved(out[:, :source], base[:, :source], scale).any(dim=0).nonzero().flatten().tolist()
         if hit:
             seen[source] = hit
     if not seen:
         return "the leak shows only when several later inputs change together"
-    told = "; ".join(f"input {s} moves outputs {shown(hit, 4)}" for s, hit in seen.items())
+    told = "; ".join(f"input {s} moves outputs {brief_list(hit, 4)}" for s, hit in seen.items())
     if all(hit == [s - 1] for s, hit in seen.items()):
         cause = "each position sees the next input: a mask off by one, or ids shifted by one"
     elif all(hit == list(range(s)) for s, hit in seen.items()):
@@ -146,19 +143,19 @@ def batch_independence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         for bit in range(max(1, (b - 1).bit_length())):
             for value in (1, 0):
                 changed = (rows >> bit) % 2 == value
-                other = replaced(ids, changed[:, None], vocab)
+                other = _with_tokens_replaced(ids, changed[:, None], vocab)
                 out = run(other)
-                moves = moved(out, base, scale).any(dim=1)
+                moves = logits_moved(out, base, scale).any(dim=1)
                 any_moved = any_moved or bool(moves.any())
                 leaked = moves & ~changed
                 if leaked.any():
                     kept = (~changed).nonzero().flatten().tolist()
-                    where = first_break(model, run, ids, other, examples(kept))
+                    where = first_break(model, run, ids, other, examples_region(kept))
                     return CheckResult(
                         "batch_independence",
                         FAIL,
-                        f"changing the tokens of examples {shown(changed.nonzero().flatten().tolist())} moves "
-                        f"the logits of examples {shown(leaked.nonzero().flatten().tolist())}: something "
+                        f"changing the tokens of examples {brief_list(changed.nonzero().flatten().tolist())} moves "
+                        f"the logits of examples {brief_list(leaked.nonzero().flatten().tolist())}: something "
                         "mixes the batch axis (a reshape across batch and time, batch statistics, a "
                         f"batch-wide softmax); {where}",
                     )
@@ -166,7 +163,7 @@ def batch_independence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             return None
         return CheckResult("batch_independence", PASS, f"the {b} examples never move each other's logits")
 
-    return judged("batch_independence", judge, model, batch, cfg)
+    return judge_now_or_after_step("batch_independence", judge, model, batch, cfg)
 
 
 def word_order(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
@@ -207,14 +204,14 @@ def word_order(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "changing one of them does)",
         )
 
-    return judged("word_order", judge, model, batch, cfg)
+    return judge_now_or_after_step("word_order", judge, model, batch, cfg)
 
 
 def input_dependence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
     """The logits change when the inputs change."""
 
     def judge(model, ids, run, base):
-        other = run(replaced(ids, torch.ones_like(ids, dtype=torch.bool), base.shape[-1]))
+        other = run(_with_tokens_replaced(ids, torch.ones_like(ids, dtype=torch.bool), base.shape[-1]))
         change = (base - other).abs().amax().item()
         if change <= TOLERANCE * max(base.abs().amax().item(), 1e-30):
             return None
@@ -222,7 +219,7 @@ def input_dependence(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
             "input_dependence", PASS, f"changing the inputs moves the logits by up to {change:.3g}"
         )
 
-    return judged("input_dependence", judge, model, batch, cfg)
+    return judge_now_or_after_step("input_dependence", judge, model, batch, cfg)
 
 
 #: (status, detail) of each check for a model whose logits do not move whatever the input, also after one step

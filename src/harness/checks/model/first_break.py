@@ -1,9 +1,6 @@
-"""Where a property breaks: run a model on two inputs that must agree on a region (earlier positions, other
-examples) and name the first module whose output there differs though its inputs there agree.
-
-Tensors are compared where their leading axes can be read: axis 0 is the batch when its size is the
-batch's, and the first later axis the size of the sequence is time. Tensors of any other layout
-(flattened batch and time, say) are not judged."""
+"""first_break: where a property breaks, as the first module whose output differs between two inputs on a
+region (earlier positions, other examples) while its inputs there agree. Tensors whose batch and time axes
+cannot be read are not judged."""
 
 from __future__ import annotations
 
@@ -13,25 +10,26 @@ import torch
 from torch import nn
 
 
-def tensors(value) -> list[torch.Tensor]:
+def _tensors_in(value) -> list[torch.Tensor]:
     """The tensors in a module's inputs or output: a tensor, or tuples, lists and dicts of them."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensors(v)]
+        return [t for v in value for t in _tensors_in(v)]
     return []
 
 
 def time_axis(shape: torch.Size, batch: int, time: int) -> int | None:
-    """The axis of `shape` that is time, for a tensor whose axis 0 is the batch; None if there is none."""
+    """The axis of `shape` that is time (the first after axis 0 of size `time`), for a tensor whose axis 0 is
+    the batch; None if none."""
     if len(shape) < 2 or shape[0] != batch:
         return None
     return next((axis for axis in range(1, len(shape)) if shape[axis] == time), None)
 
 
-def up_to(t: int) -> Callable:
+def positions_up_to(t: int) -> Callable:
     """The region of positions 0..t of every example."""
 
     def region(x: torch.Tensor, batch: int, time: int):
@@ -41,7 +39,7 @@ def up_to(t: int) -> Callable:
     return region
 
 
-def examples(rows: list[int]) -> Callable:
+def examples_region(rows: list[int]) -> Callable:
     """The region of the examples `rows`."""
 
     def region(x: torch.Tensor, batch: int, time: int):
@@ -50,11 +48,11 @@ def examples(rows: list[int]) -> Callable:
     return region
 
 
-def agree(
+def _agree_on(
     a: list[torch.Tensor], b: list[torch.Tensor], region: Callable, batch: int, time: int
 ) -> bool | None:
-    """Whether `a` and `b` agree on `region` (None when no tensor of them can be read). A region is a
-    function (tensor, batch size, time) -> the part of the tensor the property protects, or None."""
+    """Whether `a` and `b` agree on `region` (None: no tensor of them can be read); a region maps (tensor,
+    batch size, time) to the part the property protects, or None."""
     verdicts = []
     for x, y in zip(a, b, strict=False):
         if x.shape != y.shape:
@@ -71,7 +69,7 @@ def _record_calls(model: nn.Module, run: Callable[[], object]) -> list[tuple[str
 
     def watch(name: str):
         def hook(module, args, kwargs, output):
-            ins, outs = tensors((args, kwargs)), tensors(output)
+            ins, outs = _tensors_in((args, kwargs)), _tensors_in(output)
             calls.append((name, [t.detach() for t in ins], [t.detach() for t in outs]))
 
         return hook
@@ -91,8 +89,7 @@ def first_break(
     model: nn.Module, forward: Callable, ids_a: torch.Tensor, ids_b: torch.Tensor, region: Callable
 ) -> str:
     """A phrase naming where outputs on `ids_a` and `ids_b` first differ on `region`: the first module whose
-    output differs there while its inputs agree there, or, when a module's input already differs, the code
-    before it (forward's own code on input_ids)."""
+    output differs there while its inputs agree."""
     batch, time = ids_a.shape
     calls_a = _record_calls(model, lambda: forward(ids_a))
     calls_b = _record_calls(model, lambda: forward(ids_b))
@@ -100,11 +97,11 @@ def first_break(
         return "the two inputs took different paths through the modules"
     first_dirty_input = None  # (module name, whether what differs is the ids themselves)
     for (name, ins_a, outs_a), (_, ins_b, outs_b) in zip(calls_a, calls_b, strict=True):
-        inputs_agree = agree(ins_a, ins_b, region, batch, time)
-        outputs_agree = agree(outs_a, outs_b, region, batch, time)
+        inputs_agree = _agree_on(ins_a, ins_b, region, batch, time)
+        outputs_agree = _agree_on(outs_a, outs_b, region, batch, time)
         if inputs_agree is False and first_dirty_input is None:
             ids_differ = (
-                agree(
+                _agree_on(
                     [t for t in ins_a if not t.is_floating_point()],
                     [t for t in ins_b if not t.is_floating_point()],
                     region,

@@ -1,5 +1,5 @@
-"""Checks of back-propagation: every parameter learns (or is frozen on purpose), and nothing is infinite at
-initialization. Each needs only the Model contract (docs/contracts.md)."""
+"""The back-propagation checks: `gradient_flow` (every parameter learns, or is frozen on purpose) and `finite`
+(nothing infinite at initialization)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from harness.checks.model.passes import shared_train_pass, step_settings, train_pass
-from harness.checks.result import FAIL, PASS, WARN, CheckResult, shown
+from harness.checks.result import FAIL, PASS, WARN, CheckResult, brief_list
 from harness.data.batch import to_device
 from harness.train.nonfinite import first_nonfinite_module
 
@@ -17,10 +17,10 @@ from harness.train.nonfinite import first_nonfinite_module
 def one_step(
     model: nn.Module, batch: dict, seed: int, lr: float, grads: dict | None = None, loss=None
 ) -> nn.Module:
-    """A copy of `model` after one optimizer step on `batch`: the first step of Adam moves every weight by
-    about lr against the sign of its gradient. A zero-initialized part (a residual branch's output,
-    LayerScale, adaLN-zero, the output head) blocks gradients or hides the input at step 0 by design, and no
-    longer does after that step."""
+    """A copy of `model` after one optimizer step on `batch`: Adam's first, which moves every weight by about
+    lr against its gradient's sign."""
+    # a zero-initialized part (a residual branch's output, LayerScale, adaLN-zero, the head) blocks gradients
+    # or hides the input at step 0 by design, and no longer does after that step
     grads = grads if grads is not None else shared_train_pass(model, batch, seed, loss).grads
     stepped = copy.deepcopy(model)
     with torch.no_grad():
@@ -31,9 +31,8 @@ def one_step(
 
 
 def _needed_to_learn(model: nn.Module, head: str | None) -> dict[str, str]:
-    """{parameter name: what it is} for the parameters the loss cannot do without learning: the token
-    embedding's and the output head's (`head`: the module that produced the logits); one tensor tied to
-    both is named as both."""
+    """{parameter name: what it is} for the token embedding and the output head (`head`), which the loss
+    cannot do without learning."""
     names = {id(p): n for n, p in model.named_parameters()}
     parts = (("the token embedding", getattr(model, "token_embedding", None)), ("the output head", head))
     roles: dict[str, list[str]] = {}
@@ -53,7 +52,7 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "gradient_flow",
             WARN,
-            f"not judged: forward changes {shown(found.changed)} in place (see determinism)",
+            f"not judged: forward changes {brief_list(found.changed)} in place (see determinism)",
         )
     grads, head = found.grads, found.head
     unconnected = [n for n, g in grads.items() if g is None]
@@ -75,20 +74,20 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         )
     if unconnected:
         faults.append(
-            f"not connected (no gradient at all: unused, or cut off by a detach): {shown(unconnected)}"
+            f"not connected (no gradient at all: unused, or cut off by a detach): {brief_list(unconnected)}"
         )
     if blocked:
         faults.append(
             "blocked (gradient exactly zero, still after one optimizer step: a dead path or a zeroing op): "
-            f"{shown(blocked)}"
+            f"{brief_list(blocked)}"
         )
     if nonfinite:
-        faults.append(f"non-finite gradient: {shown(nonfinite)}")
+        faults.append(f"non-finite gradient: {brief_list(nonfinite)}")
     if faults:
         return CheckResult("gradient_flow", FAIL, "; ".join(faults))
     woke = [n for n in zero if n not in blocked]
     detail = f"all {len(grads)} trainable parameter tensors get a finite, non-zero gradient" + (
-        f" ({len(woke)} of them only after one step: zero-initialized branches, by design: {shown(woke, 3)})"
+        f" ({len(woke)} of them only after one step: zero-initialized branches, by design: {brief_list(woke, 3)})"
         if woke
         else ""
     )
@@ -97,7 +96,7 @@ def gradient_flow(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         return CheckResult(
             "gradient_flow",
             WARN,
-            f"{len(others)} frozen parameter tensors (requires_grad=False) never learn: {shown(others)}; "
+            f"{len(others)} frozen parameter tensors (requires_grad=False) never learn: {brief_list(others)}; "
             f"fine if frozen on purpose. {detail[0].upper()}{detail[1:]}",
         )
     return CheckResult("gradient_flow", PASS, detail)
@@ -118,5 +117,5 @@ def finite(model: nn.Module, batch: dict, cfg=None) -> CheckResult:
         )
     bad_grads = [n for n, g in found.grads.items() if g is not None and not torch.isfinite(g).all()]
     if bad_grads:
-        return CheckResult("finite", FAIL, f"non-finite gradients in {shown(bad_grads)}")
+        return CheckResult("finite", FAIL, f"non-finite gradients in {brief_list(bad_grads)}")
     return CheckResult("finite", PASS, "logits, loss and gradients are finite at initialization")

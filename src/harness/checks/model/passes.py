@@ -1,6 +1,6 @@
-"""The passes over a sample batch that several model checks share: one seeded train-mode forward and backward
-(TrainPass: gradient_flow, determinism, finite, the dependence checks), a Runner that repeats a forward exactly, and
-bit-level checksums that tell a forward which changed its weights in place."""
+"""The passes over a sample batch that several model checks share (computed_once): one seeded train-mode
+forward and backward (TrainPass), a Runner that repeats a forward exactly, and bit checksums that catch a
+forward changing its weights."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from harness.checks.result import shown
+from harness.checks.result import brief_list
 from harness.data.batch import to_device, training_mode
 from harness.ops.loss import CrossEntropy, Loss, loss_of
 from harness.seeding import seed_all
@@ -28,7 +28,7 @@ def step_settings(cfg) -> tuple[int, float, Loss]:
     return int(plain.get("seed", 0)), float((plain.get("optim", None) or {}).get("lr", 1e-3)), loss_of(cfg)
 
 
-def shared(batch: dict, key: tuple, model: nn.Module, compute: Callable):
+def computed_once(batch: dict, key: tuple, model: nn.Module, compute: Callable):
     """`compute()`, once per `key` and model for a SampleBatch, every time for a plain dict."""
     passes = getattr(batch, "passes", None)
     if passes is None:
@@ -52,8 +52,8 @@ class TrainPass:
 
 
 def train_pass(model: nn.Module, batch: dict, seed: int, loss_fn: Loss | None = None) -> TrainPass:
-    """Seed, then one forward/backward of `loss_fn` (None: cross entropy) in train mode, as a training step runs
-    it (leaves no gradient)."""
+    """Seed, then one forward and backward of `loss_fn` (None: cross entropy) in train mode, as a training
+    step runs it; leaves no gradient."""
     batch = to_device(batch, model)
     shapes: list[tuple[str, torch.Size]] = []
 
@@ -90,7 +90,7 @@ def train_pass(model: nn.Module, batch: dict, seed: int, loss_fn: Loss | None = 
 
 def shared_train_pass(model: nn.Module, batch: dict, seed: int, loss_fn: Loss | None = None) -> TrainPass:
     key = ("train", seed, repr(loss_fn))
-    return shared(batch, key, model, lambda: train_pass(model, batch, seed, loss_fn))
+    return computed_once(batch, key, model, lambda: train_pass(model, batch, seed, loss_fn))
 
 
 #: an integer type of each float type's width: a float tensor viewed as integers sums to a bit-level checksum
@@ -123,13 +123,12 @@ class WeightsChanged(Exception):
 
     def __init__(self, names: list[str]):
         self.names = names
-        super().__init__(f"forward changed {shown(names)} in place")
+        super().__init__(f"forward changed {brief_list(names)} in place")
 
 
 class Runner:
-    """Runs a model on input ids as training does (train mode), the same way every time: the same seed
-    before each call, no autograd. Raises WeightsChanged when a call changes a parameter in place (then
-    two calls are two different models; determinism reports it)."""
+    """Runs a model on input ids as training does (train mode, re-seeded each call), without autograd;
+    WeightsChanged where a call changes a parameter."""
 
     def __init__(self, model: nn.Module, seed: int = 0):
         self.model, self.seed = model, seed

@@ -1,22 +1,6 @@
-"""The factor attention applies to q·kᵀ before its softmax, read from what the code computes in one watched forward
-(harness.checks.model.watched_forward runs it; attention_scale in architecture.py judges it).
-
-Three kinds of torch calls are followed, by the Intercept of that forward:
-
-- a tensor multiplied or divided by a number (`q * scale`, `k / math.sqrt(d)`, in place too): the tensor carries
-  the factor, and so do its views (`k.transpose(-2, -1)`, a slice) and what elementwise arithmetic makes of it
-  while the factor stays one (rotary embeddings: `q * cos + rotate_half(q) * sin`; a copy, a cast);
-- a product whose result is square over the positions ([..., time, time]: `q @ kᵀ`, matmul, bmm, baddbmm's
-  alpha, einsum): its operands' factors and their inner width d (the head's width);
-- at the softmax over such scores: the factor between the scores it is given and that product, fitted on the
-  differences between the batch's examples, where what is added alike to every example cancels (a causal mask
-  filled with -inf or -1e9, an ALiBi bias). scaled_dot_product_attention states its factor: `scale`, or 1/sqrt(d).
-
-Queries and keys of constant length (l2-normalized, as QK-norm makes them) are noted: their scale is a
-temperature, not the 1/sqrt(d) that keeps a dot product of d unit-variance entries at unit variance. Only the
-last QUERIES rows of a product are kept, and only until its softmax reads them.
-
-Axes: b batch, time positions (queries and keys), d the head's width."""
+"""The factor attention applies to q·kᵀ before its softmax, read from what the code computes (ScoreScale):
+factors carried by scaled tensors into products square over the positions, fitted at the softmax. Axes: b
+batch, time positions, d head width."""
 
 from __future__ import annotations
 
@@ -75,13 +59,14 @@ PRODUCTS = (
 KEPT = 4
 #: rows (queries) of a product kept and fitted: the last ones, which see the most keys
 QUERIES = 64
-#: operands whose rows' lengths vary by less than this share of their mean have a constant length
+#: operands whose rows' lengths vary by less than this share of their mean have a constant length: their scale
+#: is a temperature, not the 1/sqrt(d) that keeps a dot product of d unit-variance entries at unit variance
 CONSTANT = 1e-3
 
 
 @dataclass
 class Reading:
-    """One attention call's scale: the factor applied to q·kᵀ, the head's width, whether q and k are of
+    """One attention call's scale: the factor applied to q·kᵀ, the head's width, and whether q and k are of
     constant length (then the factor is a temperature)."""
 
     factor: float
@@ -102,7 +87,7 @@ class Product:
     normalized: bool
 
 
-def region(x: torch.Tensor) -> tuple:
+def _storage_region(x: torch.Tensor) -> tuple:
     """Which elements of which storage `x` views, whatever their order (a transpose views the same ones)."""
     return (
         x.untyped_storage().data_ptr(),
@@ -111,7 +96,7 @@ def region(x: torch.Tensor) -> tuple:
     )
 
 
-def tensors(args, kwargs) -> list[torch.Tensor]:
+def _tensor_arguments(args, kwargs) -> list[torch.Tensor]:
     """The tensor arguments of a call, those in a list or tuple (cat, stack) included."""
     found = []
     for value in (*args, *kwargs.values()):
@@ -121,9 +106,9 @@ def tensors(args, kwargs) -> list[torch.Tensor]:
     return found
 
 
-def operands(func, args: tuple, kwargs: dict) -> tuple:
-    """A product's two operands (q and kᵀ, or q and k for einsum), the axis of the second that runs over the
-    keys' width, and the factor the product applies itself (baddbmm's alpha)."""
+def _product_operands(func, args: tuple, kwargs: dict) -> tuple:
+    """A product's two operands (q and kᵀ; q and k for einsum), the axis of the second over the keys' width,
+    and the product's own factor (baddbmm's alpha)."""
     if func is torch.einsum:
         given = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
         return (*(list(given) + [None, None])[:2], -1, 1.0)  # "...id,...jd->...ij": k is [..., j, d]
@@ -144,10 +129,9 @@ def _constant_length(x: torch.Tensor, axis: int) -> bool:
     return bool(lengths.numel() > 1 and lengths.std() <= CONSTANT * lengths.mean().clamp_min(1e-30))
 
 
-def fitted(scores: torch.Tensor, product: torch.Tensor) -> float | None:
-    """The factor c of scores = c * product + (a term the same for every example), from the differences between
-    examples where both are finite and the scores differ (a mask's fill, -inf or -1e9, is the same in both); None
-    where nothing is left to fit, a batch of one example included (an additive bias would not cancel)."""
+def _fitted_factor(scores: torch.Tensor, product: torch.Tensor) -> float | None:
+    """The factor c of scores = c * product + (a term alike for every example), fitted on their differences
+    between examples where finite; None where nothing is left (one example)."""
     x, p = scores.detach().float(), product.detach().float()
     if x.ndim < 3 or x.shape[0] < 2:
         return None
@@ -159,7 +143,7 @@ def fitted(scores: torch.Tensor, product: torch.Tensor) -> float | None:
 
 
 class ScoreScale:
-    """Intercept handlers (`handlers`) that follow the factors and products of one forward; `at_softmax` and
+    """Intercept handlers (`handlers`) that follow one forward's factors and products; `at_softmax` and
     `at_attention` read an attention call's scale."""
 
     def __init__(self, time: int):
@@ -179,11 +163,15 @@ class ScoreScale:
         }
 
     def factor_of(self, x) -> float:
-        """The factor the tensor `x` carries: its own, its base's (a view of a scaled tensor), or that of the
-        elements it views scaled in place; 1 where none is known."""
+        """The factor tensor `x` carries: its own, its base's (a view: k.transpose(-2, -1), a slice), or that
+        of the elements it views scaled in place; 1 where none is known."""
         if not isinstance(x, torch.Tensor):
             return 1.0
-        for key, table in ((id(x), self.factors), (id(x._base), self.factors), (region(x), self.regions)):
+        for key, table in (
+            (id(x), self.factors),
+            (id(x._base), self.factors),
+            (_storage_region(x), self.regions),
+        ):
             ref, factor = table.get(key, (None, 1.0))
             held = None if ref is None else ref()
             if held is not None and (table is self.regions or held is x or held is x._base):
@@ -194,11 +182,12 @@ class ScoreScale:
         if factor == 1.0 and not in_place:
             return
         if in_place and tensor._base is not None:  # a view of a fused tensor (q of qkv): its elements only
-            self.regions[region(tensor)] = (weakref.ref(tensor), factor)
+            self.regions[_storage_region(tensor)] = (weakref.ref(tensor), factor)
         else:
             self.factors[id(tensor)] = (weakref.ref(tensor), factor)
 
     def scaling(self, func, args, kwargs):
+        # `q * scale`, `k / math.sqrt(d)`, in place too: the tensor carries the factor
         result = func(*args, **kwargs)
         a = args[0] if args else kwargs.get("input")
         b = args[1] if len(args) > 1 else kwargs.get("other")
@@ -227,12 +216,14 @@ class ScoreScale:
         if func in SUMS and not all(isinstance(v, torch.Tensor) and v.numel() > 1 for v in (*args, None)[:2]):
             return result
         if isinstance(result, torch.Tensor) and result.is_floating_point():
-            factors = {self.factor_of(t) for t in tensors(args, kwargs) if t.numel() > 1}
+            factors = {self.factor_of(t) for t in _tensor_arguments(args, kwargs) if t.numel() > 1}
             if len(factors) == 1:
                 self.carry(result, factors.pop())
         return result
 
     def product(self, func, args, kwargs):
+        # a product square over the positions ([..., time, time]: q @ kᵀ, matmul, bmm, baddbmm, einsum): its
+        # operands' factors and inner width d, kept for its last QUERIES rows until its softmax reads them
         result = func(*args, **kwargs)
         square = (
             isinstance(result, torch.Tensor)
@@ -242,7 +233,7 @@ class ScoreScale:
         )
         if not square:
             return result
-        q, k, key_axis, alpha = operands(func, args, kwargs)
+        q, k, key_axis, alpha = _product_operands(func, args, kwargs)
         if not all(isinstance(x, torch.Tensor) and x.ndim >= 2 for x in (q, k)):
             return result
         normalized = _constant_length(q, -1) and _constant_length(k, key_axis)
@@ -252,14 +243,16 @@ class ScoreScale:
         return result
 
     def at_softmax(self, scores: torch.Tensor) -> Reading | None:
-        """The scale of the softmax over `scores`, from the latest product of their shape (then let go); None where
-        none is, or nothing can be fitted."""
+        """The scale of the softmax over `scores`, against the latest product of their shape (then let go);
+        None where none is, or nothing can be fitted."""
         rows = scores.detach()[..., -QUERIES:, :]
+        # fitted on the differences between examples: what is added alike to every one cancels (a causal mask
+        # filled with -inf or -1e9, an ALiBi bias)
         match = next((p for p in reversed(self.products) if p.scores.shape == rows.shape), None)
         if match is None:
             return None
         self.products = [p for p in self.products if p is not match]
-        factor = fitted(rows, match.scores)
+        factor = _fitted_factor(rows, match.scores)
         return None if factor is None else Reading(factor * match.factor, match.width, match.normalized)
 
     def at_attention(self, values: dict) -> Reading:
@@ -272,8 +265,8 @@ class ScoreScale:
 
 
 def declared_scale(model: torch.nn.Module, name: str) -> float | None:
-    """The `attention_scale` a module declares (the factor its attention means to apply to q·kᵀ, where that is
-    not 1/sqrt(head_dim)): the module computing the attention's, else the nearest enclosing one's, else None."""
+    """The `attention_scale` a module declares (docs/contracts.md): the attention module's own, else the
+    nearest enclosing one's, else None."""
     parts = name.split(".") if name and name != "forward" else []
     for end in range(len(parts), -1, -1):
         module = model.get_submodule(".".join(parts[:end])) if end else model

@@ -1,18 +1,6 @@
-"""One eval-mode forward over the sample batch, watched from inside (harness.ops.forward_calls): what the architecture checks
-(architecture.py) read, in a single pass shared by all three.
-
-- Stacks of blocks: a module whose children are numbered (`blocks.0`, `blocks.1`, ...; `layers.3`) and whose
-  children each carry the stream: a [b, time, d] tensor in and one of the same shape out, each child's output
-  the next one's input (a child that is a plain container, never called, spans the calls of what it holds). For
-  each child that is a block (it normalizes and holds other layers, or computes attention): how much of its
-  input its output keeps.
-- Attention: every softmax over [..., time, time] scores along the keys, and every
-  `scaled_dot_product_attention` call (its weights recomputed for the last queries), read before the output
-  head runs: how concentrated each query's weights are, and the factor applied to q·kᵀ (score_scale.py).
-- The output head (the last module whose output has the logits' shape) with random logits of std NOISE added
-  to its output, pushing every prediction to a probability of ~1: whether the logits and the loss stay finite.
-
-Axes: b batch, time positions (queries and keys), d the stream's width."""
+"""One eval-mode forward over the sample batch, watched from inside, shared by the architecture checks: what
+each block of a stack keeps of its input (Spans), attention weights and scales (Weights), and the logits with
+the head pushed to certainty. Axes: b batch, time, d width."""
 
 from __future__ import annotations
 
@@ -23,10 +11,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from harness.checks.model.passes import masked_loss, shared, shared_train_pass, step_settings
+from harness.checks.model.passes import computed_once, masked_loss, shared_train_pass, step_settings
 from harness.checks.model.score_scale import Reading, ScoreScale
 from harness.data.batch import to_device, training_mode
-from harness.ops.forward_calls import SDPA_ARGS, Intercept, ModuleStack, argument
+from harness.ops.forward_calls import SDPA_ARGS, Intercept, ModuleStack, call_argument
 from harness.seeding import seed_all
 
 SOFTMAXES = (torch.softmax, F.softmax, torch.Tensor.softmax)
@@ -39,8 +27,8 @@ QUERIES = 64
 
 @dataclass
 class Span:
-    """One child of a candidate stack, while its calls run: the stream into its first call and out of its last
-    (tensors, dropped once read); then what was read of them and their fingerprints, for chaining."""
+    """One child of a candidate stack: the stream into its first call and out of its last (dropped once read),
+    then what was read of them."""
 
     start: torch.Tensor | None = None
     end: torch.Tensor | None = None
@@ -75,14 +63,14 @@ class Inside:
     loss: float = math.nan
 
 
-def fingerprint(x: torch.Tensor) -> torch.Tensor:
+def _fingerprint(x: torch.Tensor) -> torch.Tensor:
     """A few numbers that tell two tensors apart (their sums and some strided entries), kept instead of them."""
     flat = x.detach().flatten().float()
     stride = max(1, flat.numel() // 61)
     return torch.cat([flat.sum().view(1), flat.square().sum().view(1), flat[::stride][:64]])
 
 
-def stream(value, b: int, time: int) -> torch.Tensor | None:
+def _stream_tensor(value, b: int, time: int) -> torch.Tensor | None:
     """The first float [b, time, d] tensor in a call's arguments or output (tuples, lists, dicts searched)."""
     if isinstance(value, torch.Tensor):
         shaped = value.is_floating_point() and value.ndim == 3 and value.shape[:2] == (b, time)
@@ -90,13 +78,14 @@ def stream(value, b: int, time: int) -> torch.Tensor | None:
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return next((t for t in (stream(v, b, time) for v in value) if t is not None), None)
+        return next((t for t in (_stream_tensor(v, b, time) for v in value) if t is not None), None)
     return None
 
 
 def _candidate_stacks(model: nn.Module) -> dict[str, list[str]]:
     """{module name: its children's names} for every module whose children are all numbered."""
     found = {}
+    # `blocks.0`, `blocks.1`, ...; a child that is a container, never called, spans the calls of what it holds
     for name, module in model.named_modules():
         children = [child for child, _ in module.named_children()]
         if children and all(child.isdigit() for child in children):
@@ -104,20 +93,21 @@ def _candidate_stacks(model: nn.Module) -> dict[str, list[str]]:
     return found
 
 
-def within(name: str, part: str) -> bool:
+def _is_within(name: str, part: str) -> bool:
     """Whether module `name` is `part` or inside it."""
     return name == part or name.startswith(part + ".")
 
 
 class Spans:
-    """Forward pre- and post-hooks on every module of `model` that follow each candidate stack's children."""
+    """Forward hooks on every module following each candidate stack's children, which carry the stream ([b,
+    time, d]) from one to the next."""
 
     def __init__(self, model: nn.Module, b: int, time: int):
         self.b, self.time = b, time
         self.stacks = _candidate_stacks(model)
         self.spans = {child: Span() for children in self.stacks.values() for child in children}
         names = [n for n, _ in model.named_modules()]
-        self.parts = {n: [c for c in self.spans if within(n, c)] for n in names}  # the spans a call is in
+        self.parts = {n: [c for c in self.spans if _is_within(n, c)] for n in names}  # the spans a call is in
         self.open: dict[str, Span] = {}
         self.running: list[str] = []  # the modules whose forward is running, outermost first
         self.handles = [
@@ -129,10 +119,12 @@ class Spans:
 
     def pre(self, name: str):
         def hook(module, args, kwargs):
-            x = stream((args, kwargs), self.b, self.time)
+            x = _stream_tensor((args, kwargs), self.b, self.time)
             for child, span in list(self.open.items()):
                 # the span has ended once a call outside it starts, but for one made from inside it
-                outside = child not in self.parts[name] and not any(within(r, child) for r in self.running)
+                outside = child not in self.parts[name] and not any(
+                    _is_within(r, child) for r in self.running
+                )
                 if span.end is not None and outside:
                     self.close(child, x)
             self.running.append(name)
@@ -147,7 +139,7 @@ class Spans:
     def post(self, name: str):
         def hook(module, args, kwargs, output):
             self.running.pop()
-            y = stream(output, self.b, self.time)
+            y = _stream_tensor(output, self.b, self.time)
             for child in self.parts[name]:
                 if child in self.open and y is not None and y.shape == self.spans[child].start.shape:
                     self.spans[child].end = y  # the last call of the span so far: replaced by any later one
@@ -159,8 +151,8 @@ class Spans:
         x, y = span.start.detach().float(), span.end.detach().float()
         span.kept = ((x * y).sum() / (x * x).sum().clamp_min(1e-30)).item()
         span.cosine = F.cosine_similarity(x, y, dim=-1).mean().item()
-        span.into, span.out = fingerprint(x), fingerprint(y)
-        span.then = None if then is None else fingerprint(then)
+        span.into, span.out = _fingerprint(x), _fingerprint(y)
+        span.then = None if then is None else _fingerprint(then)
         span.start = span.end = None
         span.closed = True
 
@@ -183,7 +175,7 @@ class Spans:
     def read(self, model: nn.Module, attended: set[str]) -> dict[str, list[tuple[str, float, float]]]:
         """{stack: [(block, kept, cos)]} for the chained stacks that no other chained stack holds."""
         chained = [name for name, children in self.stacks.items() if self.chained(children)]
-        outer = [s for s in chained if not any(within(s, c) for o in chained for c in self.stacks[o])]
+        outer = [s for s in chained if not any(_is_within(s, c) for o in chained for c in self.stacks[o])]
         return {
             stack: [
                 (child, self.spans[child].kept, self.spans[child].cosine)
@@ -195,17 +187,17 @@ class Spans:
 
 
 def _is_block(model: nn.Module, name: str, attended: set[str]) -> bool:
-    """A child meant to be a residual block: it normalizes and holds another layer with weights, or it computes
-    attention (a plain Linear, an activation or an RNN layer alone is not)."""
+    """Whether a child is meant to be a residual block: it normalizes and holds another weighted layer, or
+    computes attention."""
     modules = list(model.get_submodule(name).modules())
     norm = any("norm" in type(m).__name__.lower() for m in modules)
     weighted = sum(1 for m in modules if next(m.parameters(recurse=False), None) is not None)
-    return (norm and weighted >= 2) or any(within(a, name) for a in attended)
+    return (norm and weighted >= 2) or any(_is_within(a, name) for a in attended)
 
 
 class Weights:
-    """The Intercept handlers that read attention weights, in the module whose forward computes them, until
-    the output head runs (a softmax after it is over the vocabulary, not over keys)."""
+    """The Intercept handlers reading attention weights (softmaxes over [..., time, time],
+    scaled_dot_product_attention) in the module computing them, until the output head runs."""
 
     def __init__(self, stack: ModuleStack, time: int, found: Inside):
         self.stack, self.time, self.found = stack, time, found.attention
@@ -213,11 +205,11 @@ class Weights:
         self.reading = True
 
     def stop(self, module, args) -> None:
-        self.reading = False
+        self.reading = False  # a softmax after the output head is over the vocabulary, not over keys
 
     def softmax(self, func, args, kwargs):
         result = func(*args, **kwargs)
-        x, dim = (args[0] if args else kwargs["input"]), argument(args, kwargs, 1, "dim")
+        x, dim = (args[0] if args else kwargs["input"]), call_argument(args, kwargs, 1, "dim")
         square = isinstance(x, torch.Tensor) and x.ndim >= 3 and x.shape[-1] == x.shape[-2] == self.time
         if self.reading and square and dim in (-1, x.ndim - 1):
             self.read_scale(self.scale.at_softmax(x))
@@ -257,9 +249,8 @@ class Weights:
 
 
 def _sdpa_weights(values: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scores, weights and the keys allowed of a scaled_dot_product_attention call's last QUERIES queries, as
-    it computes them: its scale (default 1/sqrt(dim)), is_causal (query i sees keys 0..i), attn_mask (bool:
-    True takes part; float: added), grouped keys repeated over the query heads."""
+    """Scores, weights and allowed keys of a scaled_dot_product_attention call's last QUERIES queries, as it
+    computes them."""
     query, key = values["query"].detach().float(), values["key"].detach().float()
     length = query.shape[-2]
     query = query[..., -QUERIES:, :]
@@ -284,7 +275,7 @@ def _sdpa_weights(values: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return scores, weights, allowed
 
 
-def confident(module, args, output):
+def _add_confident_noise(module, args, output):
     """A forward hook: the output plus random logits of std NOISE (a fixed generator, not the global one)."""
     if not (isinstance(output, torch.Tensor) and output.is_floating_point()):
         return output
@@ -293,7 +284,8 @@ def confident(module, args, output):
 
 
 def _inside_pass(model: nn.Module, batch: dict, seed: int, loss_fn, head: str | None) -> Inside:
-    """One seeded eval-mode forward of `batch`, watched (see the module's docstring)."""
+    """One seeded eval-mode forward of `batch`, watched: the stacks, the attention and its scales, and with
+    the head (`head`) pushed to certainty, the logits and loss."""
     batch = to_device(batch, model)
     ids = batch["input_ids"]
     found = Inside(head=head)
@@ -307,7 +299,7 @@ def _inside_pass(model: nn.Module, batch: dict, seed: int, loss_fn, head: str | 
     handles = []
     if head is not None:
         handles.append(model.get_submodule(head).register_forward_pre_hook(weights.stop))
-        handles.append(model.get_submodule(head).register_forward_hook(confident))
+        handles.append(model.get_submodule(head).register_forward_hook(_add_confident_noise))
     spans = Spans(model, *ids.shape)
     seed_all(seed)
     try:
@@ -327,6 +319,6 @@ def _inside_pass(model: nn.Module, batch: dict, seed: int, loss_fn, head: str | 
 def shared_inside_pass(model: nn.Module, batch: dict, cfg) -> Inside:
     seed, _, loss = step_settings(cfg)
     head = shared_train_pass(model, batch, seed, loss).head
-    return shared(
+    return computed_once(
         batch, ("inside", seed, repr(loss)), model, lambda: _inside_pass(model, batch, seed, loss, head)
     )

@@ -1,4 +1,4 @@
-"""The built-in sources of data, each a datamodule written to the one format on disk.
+"""The built-in datamodules, each writing or reading the one format on disk.
 
-synthetic.py   random sequences of any length (practice P9);   text.py   characters of a text file
-folder.py      a dataset folder of your own;   corpus.py   a corpus of files: which, where its shards go (no torch)"""
+synthetic.py   random sequences;   text.py   a text file's characters;   folder.py   a dataset folder of yours
+corpus.py      a corpus of files (no torch);   windows.py   its datamodule"""

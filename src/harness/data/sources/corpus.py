@@ -1,12 +1,7 @@
-"""data=corpus: language modelling on a corpus of text files of any size, tokenized once into shards on disk.
-
-    data/corpus/<name>-<hash>/                 one corpus: its files, their sizes and mtimes (+ text_field)
-        bpe4096/tokenizer.json                 tokenizer=bpe: the BPE trained on it, reused by every later run
-        bpe4096/val0.1/meta.json, shard-*.bin  the tokens (harness.data.shards), for one tokenizer and split
-
-Prepared once, in parallel, atomically (harness.data.prepare: a temporary folder renamed into place, under a
-lock: sweep jobs that start together wait for the first instead of racing it). This module says which files and
-folders (`Corpus`, no torch); harness.data.sources.windows reads the shards as a datamodule."""
+"""data=corpus: `Corpus`, which files, tokenizer and folders a corpus of text files of any size has, without
+torch (harness.data.prepare tokenizes it into shards once, under
+data.root/corpus/<name>-<hash>/<tokenizer>/val<f>/); harness.data.sources.windows reads them as a datamodule.
+"""
 
 from __future__ import annotations
 
@@ -66,11 +61,11 @@ def _resolve_files(files) -> list[Path]:
             )
         found.update(dict.fromkeys(p.resolve() for p in matched))
     for path in found:
-        readable(path)
+        _check_readable(path)
     return list(found)
 
 
-def readable(path: Path) -> None:
+def _check_readable(path: Path) -> None:
     """A ConfigError naming a file of the corpus that cannot be opened (its permissions), before any work."""
     try:
         open(path, "rb").close()
@@ -81,8 +76,8 @@ def readable(path: Path) -> None:
 
 
 def _folder_files(folder: Path) -> list[Path]:
-    """The files of `folder` and its subfolders with a suffix the corpus reads, in order; a subfolder that cannot
-    be listed is named (it would leave its files out unseen)."""
+    """The files of `folder` and its subfolders with a suffix the corpus reads, in order; a subfolder that
+    cannot be listed is a ConfigError."""
 
     def refuse(err: OSError) -> None:
         raise ConfigError(
@@ -95,7 +90,7 @@ def _folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file())
 
 
-def corpus_name(files) -> str:
+def _corpus_name(files) -> str:
     """A readable folder name for `files`: stdlib-py311, the file's or folder's name, the first name +N."""
     if files == "stdlib":
         return f"stdlib-py{sys.version_info.major}{sys.version_info.minor}"
@@ -114,9 +109,8 @@ def window_start(seed: int, index: int, span: int) -> int:
 
 
 class Corpus:
-    """A corpus (see the module docstring) as data=corpus's keys describe it: its files, the tokenizer config node
-    (conf/tokenizer/*.yaml: char, bpe or hf), and the folders its tokenizer and shards go in. No torch: preparing
-    it (harness.data.prepare) needs none; harness.data.sources.windows.CorpusDataModule reads it."""
+    """A corpus as data=corpus's keys describe it: its files, the tokenizer config node (char, bpe or hf), and
+    the folders its tokenizer and shards go in."""
 
     def __init__(
         self,
@@ -156,7 +150,8 @@ class Corpus:
             raise ConfigError("data.files", files, "the corpus is empty (0 bytes); give files that hold text")
         stamp = [(p, s, Path(p).stat().st_mtime_ns) for p, s in self.files] + [text_field]
         key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:10]
-        self.corpus_dir = self.root / "corpus" / f"{corpus_name(files)}-{key}"
+        # corpus/<name>-<hash of files, sizes, mtimes>/<tokenizer>/val<fraction>/: a trained BPE is reused
+        self.corpus_dir = self.root / "corpus" / f"{_corpus_name(files)}-{key}"
         self.tokenizer_dir = self.corpus_dir / self.tokenizer_tag()
         self.dataset_dir = self.tokenizer_dir / f"val{val_fraction}"
 

@@ -1,13 +1,12 @@
-"""Real data already in the harness's format: a dataset folder you made (see harness.data.format).
-
-Nothing here is regenerated: a folder whose checksums do not match is refused, not rebuilt."""
+"""FolderDataModule: a dataset folder of your own in the one format on disk (harness.data.format), refused,
+never rebuilt, where its checksums do not match."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.data.dataset import DiskDataModule
-from harness.data.format import CorruptDataset, check_whole, read_meta
+from harness.data.format import CorruptDataset, check_complete, read_meta
 from harness.errors import ConfigError
 
 
@@ -24,7 +23,9 @@ class FolderDataModule(DiskDataModule):
             meta = read_meta(self.dataset_dir)
         except CorruptDataset as err:
             raise ConfigError(
-                "data.path", path, f"not a dataset folder ({short(err, self.dataset_dir)}); {fix}"
+                "data.path",
+                path,
+                f"not a dataset folder ({_without_folder_path(err, self.dataset_dir)}); {fix}",
             ) from None
         if meta["length"] != length:
             raise ConfigError(
@@ -36,17 +37,17 @@ class FolderDataModule(DiskDataModule):
 
     def prepare_data(self) -> None:
         try:
-            check_whole(self.dataset_dir)
+            check_complete(self.dataset_dir)
         except CorruptDataset as err:
             raise ConfigError(
                 "data.path",
                 self.dataset_dir,
-                f"the dataset is corrupt: {short(err, self.dataset_dir)}; restore it from its source",
+                f"the dataset is corrupt: {_without_folder_path(err, self.dataset_dir)}; restore it from its source",
             ) from None
 
     def setup(self, stage: str | None = None) -> None:
-        """Every record checked against the format (harness.data.format.read_split): a fault is one line naming
-        the folder, the file and line, and what is wrong there."""
+        """Every record checked against the format (harness.data.format.read_split); a fault is one line
+        naming the file, the line and what is wrong."""
         if self.train_dataset is not None:
             return
         try:
@@ -55,7 +56,7 @@ class FolderDataModule(DiskDataModule):
             raise ConfigError(
                 "data.path",
                 self.dataset_dir,
-                f"{short(err, self.dataset_dir)}; fix that line (or write the folder again with "
+                f"{_without_folder_path(err, self.dataset_dir)}; fix that line (or write the folder again with "
                 "harness.data.format.write_dataset)",
             ) from None
         for split, name in (("train", "training"), ("val", "validation")):
@@ -67,6 +68,6 @@ class FolderDataModule(DiskDataModule):
                 )
 
 
-def short(err: CorruptDataset, folder: Path) -> str:
-    """The fault with the folder's own path left out of it: the error names the folder once, as data.path."""
+def _without_folder_path(err: CorruptDataset, folder: Path) -> str:
+    """The fault with the folder's path left out: the error names the folder once, as data.path."""
     return str(err).replace(f"{folder}/", "").replace(str(folder), "the folder")

@@ -1,4 +1,5 @@
-"""Synthetic data of any length, written to disk in the one format the real loader reads (practice P9)."""
+"""SyntheticDataModule: random labelled sequences of any length, written to disk in the one format the real
+loader reads (practice P9)."""
 
 from __future__ import annotations
 
@@ -44,15 +45,13 @@ def _check_size(length: int, examples: int) -> None:
 
 
 def generate(length: int, size: int, rule: str, alphabet: str, labels: str, seed: int) -> list[dict]:
-    """`size` records of `length` random tokens and one label token.
-
-    rule=random:      the label is drawn at random (only memorization can learn it).
-    rule=first_token: the label is a function of the first token (a dependency across the whole
-                      sequence: back-propagation through time has to carry it `length - 1` steps)."""
+    """`size` records of `length` random tokens and a label token: random (rule=random) or a function of the
+    first token (rule=first_token)."""
     rng = random.Random(seed)
     records = []
     for _ in range(size):
         text = "".join(rng.choice(alphabet) for _ in range(length))
+        # random: only memorization learns it; first_token: a dependency carried across the whole sequence
         label = rng.choice(labels) if rule == "random" else labels[alphabet.index(text[0]) % len(labels)]
         records.append({"text": text, "label": label})
     return records

@@ -1,7 +1,5 @@
-"""A text corpus cut into language-modelling examples, in the one format the loader reads.
-
-With no `path`, the corpus is the reference documentation that ships inside CPython's standard
-library (`pydoc_data.topics`, about 465k characters): on every machine, nothing to download."""
+"""TextDataModule: a text file cut into language-modelling examples in the one format on disk. With no `path`,
+the CPython documentation that ships in its standard library (`pydoc_data.topics`, ~465k characters)."""
 
 from __future__ import annotations
 
@@ -40,8 +38,8 @@ def _read_corpus(path: str | None) -> tuple[str, str]:
 
 
 class TextDataModule(DiskDataModule):
-    """Next-character prediction on non-overlapping chunks of `length + 1` characters of a corpus;
-    the first `1 - val_fraction` of the corpus is training data, the rest validation."""
+    """Next-character prediction on non-overlapping chunks of `length + 1` characters; the first `1 -
+    val_fraction` of the corpus trains, the rest validates."""
 
     def __init__(
         self,

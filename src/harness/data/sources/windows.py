@@ -1,9 +1,6 @@
-"""data=corpus's datamodule: language modelling on windows of a corpus's token stream (harness.data.sources.corpus says
-which corpus; harness.data.prepare tokenizes it into shards once; harness.data.shards reads them).
-
-A run reads windows of `length + 1` tokens through memory maps: training window i starts at a random place drawn
-from (seed, i) alone, so `Head` (overfit mode) and the resumable sampler index it like any dataset; validation
-windows are fixed and do not overlap."""
+"""data=corpus's datamodule: language modelling on windows of `length + 1` tokens of a corpus's shards
+(harness.data.shards), read through memory maps. Training window i starts at a place drawn from (seed, i)
+alone; validation windows are fixed and do not overlap."""
 
 from __future__ import annotations
 
@@ -20,12 +17,9 @@ from harness.errors import ConfigError
 
 
 class Windows(Dataset):
-    """Windows of `length + 1` tokens of the range [begin, end) of a token stream. Items are dicts of the Batch
-    contract (lm: input_ids = window[:-1], targets = window[1:], every position in the mask); `record(i)` is
-    the window decoded, read from the shards apart from the tensors.
-
-    seed given: `(end - begin) // (length + 1)` windows, window i at a place drawn from (seed, i). seed None:
-    `count` non-overlapping windows spread evenly over the range, the same every time."""
+    """Windows of `length + 1` tokens of the range [begin, end) of a token stream, as Batch items; `record(i)`
+    decodes window i. With `seed`, window i lies at a place drawn from (seed, i); without, `count` windows
+    spread evenly."""
 
     def __init__(self, store, tokenizer, length: int, begin: int, end: int, seed=None, count=None):
         self.store, self.tokenizer, self.width = store, tokenizer, length + 1
@@ -53,8 +47,8 @@ class Windows(Dataset):
 
 
 class CorpusDataModule(DiskDataModule):
-    """Next-token prediction on a corpus; its keys are those of harness.data.sources.corpus.Corpus (the files, the
-    tokenizer config node, the split), plus the loaders' `batch_size` and `num_workers`."""
+    """Next-token prediction on a corpus: the keys of harness.data.sources.corpus.Corpus, plus the loaders'
+    `batch_size` and `num_workers`."""
 
     def __init__(self, length: int, batch_size: int = 16, num_workers: int = 0, root: str = "data", **corpus):
         super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
@@ -80,6 +74,7 @@ class CorpusDataModule(DiskDataModule):
         store = shards.TokenStore(self.dataset_dir, meta)
         train, val = meta["splits"]["train"], meta["splits"]["val"]
         window = dict(store=store, tokenizer=self.tokenizer, length=self.length)
+        # drawn from (seed, i) alone: overfit mode's Head and the resumable sampler index it like any dataset
         self.train_dataset = Windows(**window, begin=0, end=train["tokens"], seed=self.corpus.seed)
         self.val_dataset = Windows(
             **window, begin=val["start"], end=val["start"] + val["tokens"], count=self.corpus.val_windows
@@ -87,7 +82,7 @@ class CorpusDataModule(DiskDataModule):
 
     def unigram_entropy(self) -> float:
         """Nats per token of the training tokens' unigram distribution: the best a model that ignores its
-        context can score. A language model that learns anything from context gets well below it."""
+        context can score."""
         train, chunk = self.train_dataset, 1 << 24  # read in chunks: constant memory whatever the corpus size
         counts = np.zeros(self.tokenizer.vocab_size, dtype=np.int64)
         for start in range(train.begin, train.end, chunk):

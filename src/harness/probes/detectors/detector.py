@@ -1,11 +1,11 @@
-"""What the detectors share: their thresholds (Limits), how far back their running medians look, and how many
-readings in a row each place has been past its threshold."""
+"""What the detectors share: their thresholds (`Limits`), how far back running medians look (RUNNING), and
+readings in a row past a threshold (`Streaks`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from harness.probes.probe import whole
+from harness.probes.probe import checked_whole_number
 
 #: the running medians the loss and gradient rules compare against: this many latest values
 RUNNING = 20
@@ -24,8 +24,8 @@ class Streaks:
 
 @dataclass
 class Limits:
-    """Every threshold and window of the detectors: the Symptoms probe's keyword arguments, each a commented key of
-    conf/probes/default.yaml (the package's docstring says which rule reads which)."""
+    """Every threshold and window of the detectors: the Symptoms probe's keyword arguments
+    (conf/probes/default.yaml)."""
 
     window: int = 100
     patience: int = 3
@@ -48,12 +48,14 @@ class Limits:
     ratio_low: float = 1e-6
 
     def __post_init__(self):
-        whole("window", self.window, 2, "steps the loss rules look back over (try 100)")
-        whole("patience", self.patience, 1, "readings in a row before a symptom (try 3)")
-        whole("spikes", self.spikes, 1, "spikes within the window that make a symptom (try 2)")
-        whole("spike_stay", self.spike_stay, 1, "steps in a row a spike lasts to be one (try 8)")
+        checked_whole_number("window", self.window, 2, "steps the loss rules look back over (try 100)")
+        checked_whole_number("patience", self.patience, 1, "readings in a row before a symptom (try 3)")
+        checked_whole_number("spikes", self.spikes, 1, "spikes within the window that make a symptom (try 2)")
+        checked_whole_number(
+            "spike_stay", self.spike_stay, 1, "steps in a row a spike lasts to be one (try 8)"
+        )
 
 
-def names(kind) -> str:
+def field_names_text(kind) -> str:
     """The fields of a dataclass, as a list in words."""
     return ", ".join(f.name for f in fields(kind))

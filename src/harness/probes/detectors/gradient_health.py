@@ -1,6 +1,5 @@
-"""The gradients' rules: `exploding_gradients` (a jump, a growth, a norm far too large, or the first block far
-above the last), `vanishing_gradients` (the first block far below the last, or a trained model's reach of 0) and
-`update_ratio` (a weight matrix's steps far from ~1e-3 of its size)."""
+"""The gradients' rules, `GradientRules`: `exploding_gradients`, `vanishing_gradients` (block RMS ratios,
+norms, a trained reach of 0) and `update_ratio`; `blocks_of` finds the numbered blocks."""
 
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ EXPLODE_MIN = 10.0
 
 
 def blocks_of(names: list[str]) -> list[tuple[str, list[str]]]:
-    """The numbered blocks of a model, in order, each with its parameters' names: `layers.0`, `h.11`, `net.4`
-    (the prefix up to the first numeric part of a name). Where several containers are numbered (an encoder's
-    and a decoder's layers), the one with the most blocks; [] where fewer than two."""
+    """The numbered blocks of a model, in order, with their parameters' names (`layers.0`, `h.11`); [] where
+    fewer than two."""
     containers: dict[str, dict[int, list[str]]] = {}
     for name in names:
         parts = name.split(".")
@@ -33,7 +31,8 @@ def blocks_of(names: list[str]) -> list[tuple[str, list[str]]]:
 
 
 class GradientRules:
-    """Mixed into the Symptoms probe: reads `grad_totals`, `blocks`, `matrices`, the thresholds, and reports through it."""
+    """Mixed into the Symptoms probe: reads `grad_totals`, `blocks`, `matrices` and the thresholds, reports
+    through it."""
 
     def check_exploding(self, step: int, total: float) -> None:
         history = self.grad_totals
@@ -57,7 +56,7 @@ class GradientRules:
             del history[5 : 5 + RUNNING]
 
     def check_growth(self, step: int) -> None:
-        """The total gradient norm's median of the latest 5 against its first 5's, at each reading."""
+        """The total gradient norm's median of the latest 5 readings against that of its first 5."""
         history = self.grad_totals
         if len(history) >= 10:
             first, last = statistics.median(history[:5]), statistics.median(history[-5:])
@@ -66,10 +65,7 @@ class GradientRules:
                 self.report("exploding_gradients", step, "grad_norm/total", last, detail)
 
     def check_reach(self, step: int, reach: float) -> None:
-        """The trained model's reach (grad_by_position's last measurement, at the end of training) at or below
-        `reach` (0: the gradient underflowed before the first input). The measurements before it are left out:
-        the gated cells (LSTM) start with no reach and grow one by training, and a tanh RNN's can drop to 0 for
-        a while and come back."""
+        """The trained model's reach, at the end only, at or below `reach` (earlier ones come and go)."""
         if self.ending and step > 0 and math.isfinite(reach) and reach <= self.reach:
             detail = (
                 f"reach {reach:.3g} after {step} steps: of the loss's gradient at the second-to-last input, that "
@@ -80,8 +76,7 @@ class GradientRules:
             )
 
     def check_blocks(self, step: int, row: dict) -> None:
-        """The first block's gradient RMS against the last block's: far below, the gradient vanishes on its way
-        back through the layers; far above, it explodes (an init too large, no normalization)."""
+        """The first block's gradient RMS against the last's: far below it vanishes, far above it explodes."""
         rms = []
         for _, names, sizes in (self.blocks[0], self.blocks[-1]):
             pairs = [(row.get(f"grad_norm/{n}", 0.0), s) for n, s in zip(names, sizes, strict=True)]
@@ -104,8 +99,7 @@ class GradientRules:
                 self.report(name, step, first, ratio, detail, side="blocks" if name.startswith("v") else "")
 
     def check_update_ratios(self, step: int, row: dict) -> None:
-        """Every weight matrix's ‖Δw‖/‖w‖; one symptom for each direction, naming the first matrix past its limit
-        and how many others are."""
+        """Every weight matrix's ‖Δw‖/‖w‖; a symptom each direction, naming the first past its limit."""
         start = self.initial_loss()
         unconverged = bool(start) and bool(self.losses) and self.losses[-1] > 0.5 * start
         unconverged = unconverged and not self.annealed()  # warmup or decay: small steps on purpose

@@ -1,6 +1,5 @@
-"""The loss's rules: `loss_spike` (a jump that stays or recurs) and `no_progress` (the loss where it started,
-at a learning rate that should move it). The loss is kept on the device every optimizer step and read every
-`every` steps, in one transfer."""
+"""The loss's rules, `LossRules`: `loss_spike` (a jump that stays or recurs) and `no_progress` (the loss where
+it started, at a learning rate that should move it), read from losses kept on the device."""
 
 from __future__ import annotations
 
@@ -13,9 +12,10 @@ from harness.probes.detectors.detector import RUNNING
 
 
 class LossRules:
-    """Mixed into the Symptoms probe: reads `losses`, `spike_events`, the thresholds, and reports through it."""
+    """Mixed into the Symptoms probe: reads `losses`, `spike_events` and the thresholds, reports through it."""
 
     def read_losses(self, step: int) -> None:
+        """Bring the losses kept since the last reading to the host (one transfer) and check them."""
         if not self.pending_losses:
             return
         values = torch.stack([v.float().reshape(()) for v in self.pending_losses]).tolist()
@@ -25,15 +25,13 @@ class LossRules:
         self.check_progress(step)
 
     def initial_loss(self) -> float | None:
+        """The median of the first 5 finite losses, or None."""
         finite = [v for v in self.losses[:5] if math.isfinite(v)]
         return statistics.median(finite) if finite else None
 
     def check_spike(self, step: int, loss: float, now: int) -> None:
-        """A spike: the loss `spike_factor` times its running median, above it by `spike_min` x the initial loss
-        and by `spike_sigmas` robust standard deviations of the running window (batch-to-batch noise is no spike).
-        Consecutive spike steps are one event; the symptom is an event that stays (`spike_stay` steps) or one
-        that recurs (`spikes` events within `window` steps). One that recovers at once is LM training's usual
-        blip (a GPT warming up on synthetic data has one)."""
+        """A spike: the loss far above its running median; a symptom once it stays `spike_stay` steps or
+        recurs `spikes` times within `window`."""
         recent = [v for v in self.losses[-RUNNING:] if math.isfinite(v)]
         self.losses.append(loss)
         self.steps_read += 1
@@ -48,7 +46,7 @@ class LossRules:
         spread = 1.4826 * statistics.median(abs(v - median) for v in recent)  # a robust standard deviation
         if loss - median <= self.spike_sigmas * spread:
             return
-        events = self.spike_events
+        events = self.spike_events  # one that recovers at once is LM training's usual blip
         if events and events[-1][1] == step - 1:
             events[-1][1] = step  # the same event goes on
         else:
@@ -73,6 +71,7 @@ class LossRules:
         return self.lr <= 0 or self.lr < 0.1 * self.base_lr
 
     def check_progress(self, step: int) -> None:
+        """After `window` steps at a real learning rate, the loss within `progress` of where it started."""
         start = self.initial_loss()
         if self.steps_read < self.window or not start:
             return

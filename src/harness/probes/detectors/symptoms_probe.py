@@ -1,6 +1,5 @@
-"""The Symptoms probe: it reads the probes' stream and the training loss and reports what a person would otherwise
-spot in the charts; its rules are in loss.py, gradients.py and activations.py beside it (the package's
-docstring lists them)."""
+"""The `Symptoms` probe: reads the probes' rows and the training loss, and reports what a person would spot in
+the charts; rules mixed in from loss_curve.py, gradient_health.py, dead_saturated.py."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import torch
 
 from harness.errors import ConfigError
 from harness.probes.detectors.dead_saturated import ActivationRules
-from harness.probes.detectors.detector import Limits, Streaks, names
+from harness.probes.detectors.detector import Limits, Streaks, field_names_text
 from harness.probes.detectors.gradient_health import GradientRules, blocks_of
 from harness.probes.detectors.loss_curve import LossRules
 from harness.probes.layers.norms import parameter_names
@@ -20,9 +19,7 @@ from harness.train.optim import embedding_weights
 
 
 class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
-    """Detects the symptoms above while the run trains; its thresholds and windows are the keyword arguments that
-    Limits holds (conf/probes/default.yaml says what each means). `fail` is read by harness.tasks.training: a run with a symptom
-    ends as SYMPTOM (exit 5) instead of PASS or DONE."""
+    """Detects the symptoms the package lists, by the thresholds in Limits; `fail`: end as SYMPTOM (exit 5)."""
 
     def __init__(self, every: int | None = 10, fail: bool = False, **limits):
         super().__init__(every)
@@ -30,9 +27,11 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
         unknown = sorted(set(limits) - {f.name for f in fields(Limits)})
         if unknown:
             raise ConfigError(
-                unknown[0], limits[unknown[0]], f"no such threshold; the detectors' are {names(Limits)}"
+                unknown[0],
+                limits[unknown[0]],
+                f"no such threshold; the detectors' are {field_names_text(Limits)}",
             )
-        # each threshold an attribute of its own: the rules (loss.py, gradients.py, activations.py) read them so
+        # each threshold an attribute of its own, as the mixed-in rules read them
         self.__dict__.update(asdict(Limits(**limits)))
         self.blocks: list[tuple[str, list[str], list[int]]] = []
         self.matrices: list[str] = []
@@ -115,9 +114,8 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
         now=None,
         side="",
     ) -> None:
-        """One symptom to the sink, once per name (and `side`, for one that has two), its `symptoms/<name>` scalar
-        at step `now` (default: `step`). The sink itself reports a name again for another `where`: this probe
-        reports each of its checks once, at the first place it finds."""
+        """One symptom to the sink, once per name and `side`, its count logged at step `now` (default:
+        `step`)."""
         if (name, side) in self.reported:
             return
         self.reported.add((name, side))

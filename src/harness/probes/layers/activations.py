@@ -1,27 +1,5 @@
-"""What every module outputs during the training forward: `Activations`.
-
-On its logging steps only, forward hooks on every module whose output is a tensor (the names picked by
-`include` / `exclude`, fnmatch patterns such as `blocks.*.mlp.*`) take, on the device, the output's RMS and
-mean, and by the module's kind:
-
-    ReLU-like (ReLU, GELU, SiLU, ...)   act/<module>/zero_frac   the fraction of outputs exactly zero
-                                        act/<module>/dead_frac   the fraction of units (the last axis) at
-                                                                 |y| <= 1e-6 at every position of the batch
-    tanh-like (Tanh, Hardtanh, ...)     act/<module>/saturated   the fraction with |y| > 0.97
-    sigmoid-like (Sigmoid, ...)         act/<module>/saturated   the fraction with y < 0.03 or y > 0.97
-
-The kind is read from the module's class name, so third-party activations (transformers' NewGELUActivation,
-x-transformers' ReLUSquared) count too; a module that holds others is none, whatever its name; torch's nn.RNN
-counts by its nonlinearity (its output sequence is the tanh's, or the ReLU's). An activation called as a function in a forward (`torch.relu`,
-`F.gelu`, `x.tanh()`, `torch.sigmoid`, ...: FUNCTIONS) has no module: a TorchFunctionMode (harness.ops.forward_calls) sees
-those calls and logs them under the module whose forward made them, `act/<module>/<function>/...`
-(`act/forward/<function>/...` for the model's own forward); an activation module's own call is not counted
-twice. A model whose forward called none is watched for them again every RECHECK readings only. The hooks and
-the mode exist from the step's start to its backward: the training forward alone, once per micro-batch, not
-the probes' own forwards (hence this entry's place after theirs in conf/probes/default.yaml). Everything
-reaches the host in one transfer at the end of the step; on the other steps no hook is registered at all.
-The statistics take no float32 copy of an output (a bf16 logits tensor is the largest of a step): reductions
-accumulate in float32, comparisons make one boolean tensor."""
+"""Every module's training-forward output, `Activations`: act/<module>/rms, mean, and by kind (`kind_of`)
+zero_frac, dead_frac or saturated; also for activation functions a forward calls (`act/<module>/<function>/`)."""
 
 from __future__ import annotations
 
@@ -39,6 +17,10 @@ from harness.ops.forward_calls import Intercept
 from harness.probes.probe import Probe
 
 log = logging.getLogger(__name__)
+
+# Hooks and the function-call mode live from a logging step's start to its backward only: the training forward,
+# not the probes' own (this entry comes after theirs in conf/probes/default.yaml). One transfer at the step's end;
+# no float32 copy of an output (a bf16 logits tensor is a step's largest): float32 accumulators, one bool tensor.
 
 #: class-name patterns (case-insensitive, searched) of the nonlinearities each statistic is taken after
 RELU_LIKE = r"relu|gelu|silu|swish|mish|elu|softplus"
@@ -74,9 +56,7 @@ DEAD = 1e-6
 
 
 def kind_of(module: nn.Module) -> str | None:
-    """'relu', 'tanh', 'sigmoid' (the statistic the module's outputs get beyond RMS and mean), or None. An
-    activation is a leaf: a module holding others (a `ReluMLP`, a model named `DeadReLUNet`) is not one, whatever
-    its name says, and the activation functions its forward calls are read."""
+    """'relu', 'tanh', 'sigmoid' or None: `module`'s kind, by class name (a module holding others is none)."""
     if isinstance(module, nn.RNN):  # its output sequence is its nonlinearity's: tanh(...) or relu(...)
         return "tanh" if module.nonlinearity == "tanh" else "relu"
     if next(module.children(), None) is not None:
@@ -92,17 +72,14 @@ def kind_of(module: nn.Module) -> str | None:
 
 
 def _may_call(module: nn.Module, kind: str | None) -> bool:
-    """Whether `module`'s forward may call an activation function: any but torch's own layers without children
-    (Linear, LayerNorm, Dropout, Embedding, ...), whose forward calls none; an activation module counts (its
-    own call of the function is its hook's to read)."""
+    """Whether `module`'s forward may call an activation function: any but torch's own childless layers."""
     builtin_leaf = type(module).__module__.startswith("torch.nn.") and next(module.children(), None) is None
     return kind is not None or not builtin_leaf
 
 
 def _output_stats(output: torch.Tensor, kind: str | None) -> list[torch.Tensor]:
-    """0-dim tensors on the device, no sync: the output's norm and sum (float32 accumulators, no float32 copy),
-    then by kind: ReLU-like, how many outputs are exactly zero and how many units (the last axis) are alive
-    somewhere in the batch; tanh- and sigmoid-like, how many are saturated. Two kernels for most modules."""
+    """0-dim tensors, no sync: the output's norm and sum, then its kind's counts (zeros and live units, or
+    saturated)."""
     y = output.detach()
     stats = [torch.linalg.vector_norm(y, dtype=torch.float32), y.sum(dtype=torch.float32)]
     if kind == "relu":
@@ -116,9 +93,10 @@ def _output_stats(output: torch.Tensor, kind: str | None) -> list[torch.Tensor]:
     return stats
 
 
-def summarize(name: str, kind: str | None, calls: list[tuple[int, int, list[float]]]) -> dict[str, float]:
-    """One module's metrics from its calls' (outputs, units, stats), over all of them: RMS and mean, and the
-    fractions of its kind (dead units: the mean over the calls)."""
+def _module_metrics(
+    name: str, kind: str | None, calls: list[tuple[int, int, list[float]]]
+) -> dict[str, float]:
+    """One module's metrics from its calls' (outputs, units, stats): RMS, mean and its kind's fractions."""
     count = sum(numel for numel, _, _ in calls)
     metrics = {
         f"act/{name}/rms": math.sqrt(sum(v[0] ** 2 for _, _, v in calls) / count),
@@ -133,17 +111,15 @@ def summarize(name: str, kind: str | None, calls: list[tuple[int, int, list[floa
 
 
 class Activations(Probe):
-    """Every `every` steps: `act/<module>/rms`, `act/<module>/mean`, and `act/<module>/zero_frac` and
-    `dead_frac` (ReLU-like) or `act/<module>/saturated` (tanh- and sigmoid-like) of the training forward's
-    outputs, and the same of every activation function called in a module's forward as
-    `act/<module>/<function>/...`. A module (or function) called several times in one forward (a shared
-    activation, a cell applied at every position) gets the mean; with gradient accumulation, the step's first
-    micro-batch is read."""
+    """Every `every` steps: `act/<module>/rms`, `mean`, and `zero_frac`, `dead_frac` (ReLU-like) or
+    `saturated` (tanh-, sigmoid-like) of the modules `include` / `exclude` pick and of the functions their
+    forwards call."""
 
     def __init__(
         self, every: int | None = 20, include: list[str] | None = None, exclude: list[str] | None = None
     ):
         super().__init__(every)
+        # several calls in one forward: the mean; with gradient accumulation, the step's first micro-batch
         self.include = list(include) if include is not None else ["*"]
         self.exclude = list(exclude or [])
         self.modules: list[tuple[str, nn.Module, bool, bool]] = []  # every module, picked?, may it call one?
@@ -185,33 +161,36 @@ class Activations(Probe):
             # a pre-hook on each module whose forward may call an activation function (it says whose forward
             # runs; the model's own starts the mode), a hook that reads the output of those picked
             self.handles = [
-                m.register_forward_pre_hook(self.enter(n))
+                m.register_forward_pre_hook(self.pre_hook(n))
                 for n, m, _, calls in self.modules
                 if watch and calls
             ]
             self.handles += [
-                m.register_forward_hook(self.leave(n, picked, watch and calls), always_call=True)
+                m.register_forward_hook(self.post_hook(n, picked, watch and calls), always_call=True)
                 for n, m, picked, calls in self.modules
                 if picked or (watch and calls)
             ]
             self.watched = watch
 
-    def enter(self, name: str):
+    def pre_hook(self, name: str):
+        """A forward pre-hook: module `name`'s forward is running (the model's starts the function mode)."""
+
         def hook(module, args) -> None:
             self.running.append(name)
             if not name and self.mode is None:  # the model's forward starts: the functions' calls are read
-                self.mode = Intercept(dict.fromkeys(FUNCTIONS, self.function)).__enter__()
+                self.mode = Intercept(dict.fromkeys(FUNCTIONS, self.on_function_call)).__enter__()
 
         return hook
 
-    def leave(self, name: str, picked: bool, calls: bool):
+    def post_hook(self, name: str, picked: bool, calls: bool):
+        """A forward hook: module `name`'s forward ended; its output recorded where `picked`."""
         kind = self.kinds[name]
 
         def hook(module, inputs, output) -> None:
             if calls and self.running:
                 self.running.pop()
             if not name:
-                self.stop()
+                self.stop_intercepting()
             if picked:
                 self.record(name, kind, output)
 
@@ -226,9 +205,9 @@ class Activations(Probe):
                 units = output.shape[-1] if output.ndim else 1
                 self.calls.append((name, output.numel(), units, _output_stats(output, kind)))
 
-    def function(self, func, args, kwargs):
-        """An activation function's call (an Intercept handler): read under `<module>/<function>` when a
-        watched module's own forward makes it (not an activation module's: its hook reads that call)."""
+    def on_function_call(self, func, args, kwargs):
+        """An activation function's call (an Intercept handler), read as `<module>/<function>` of a watched
+        module."""
         result = func(*args, **kwargs)
         owner = self.running[-1] if self.running else None
         if owner is None or self.kinds[owner] is not None:  # outside the model, or inside ReLU & co.
@@ -241,10 +220,10 @@ class Activations(Probe):
         return result
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
-        self.remove()
+        self.remove_hooks()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.remove()
+        self.remove_hooks()
         if self.step is not None and self.watched:
             self.functions = any("/" in name for name, *_ in self.calls)
         if self.step is None or not self.calls:
@@ -255,24 +234,25 @@ class Activations(Probe):
             by_module.setdefault(name, []).append((numel, units, [next(values) for _ in stats]))
         metrics = {}
         for name, calls in by_module.items():
-            metrics.update(summarize(name, self.kinds[name], calls))
+            metrics.update(_module_metrics(name, self.kinds[name], calls))
         self.sink.add(self.step, metrics)
         self.calls, self.step = [], None
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.remove()
+        self.remove_hooks()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        self.remove()  # a forward that raised leaves no hook behind
+        self.remove_hooks()  # a forward that raised leaves no hook behind
         self.calls, self.step = [], None
 
-    def remove(self) -> None:
+    def remove_hooks(self) -> None:
+        """Every hook off, and the function mode."""
         for handle in self.handles:
             handle.remove()
         self.handles, self.running = [], []
-        self.stop()
+        self.stop_intercepting()
 
-    def stop(self) -> None:
+    def stop_intercepting(self) -> None:
         """The activation functions' calls are no longer read."""
         if self.mode is not None:
             self.mode.__exit__(None, None, None)

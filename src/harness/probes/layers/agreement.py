@@ -1,17 +1,5 @@
-"""Every rank holds the same model: `RankAgreement`, on several ranks, every `every` steps after the update.
-
-Data parallelism keeps one model on every rank only if every rank applies the same update: the gradients averaged
-for every parameter, the same optimizer steps taken. A parameter added or replaced after the model was wrapped
-(DDP's hooks and FSDP's units know only the parameters they were given), a callback or hook that changes weights on
-one rank, a rank that restored another checkpoint: each rank then trains its own model, and nothing fails.
-
-Each replicated parameter's checksum is the sum of its bits read as integers (any changed bit changes it, unlike a
-norm); they are packed with the optimizer's step count and compared across ranks in one all-reduce of their
-maxima and their negated minima together. A difference is the symptom `ranks_diverged`, with the step and the first
-parameter that differs (one more gather then names the ranks). Under FSDP a sharded parameter is held once, a slice a
-rank, with nothing to compare: the parameters FSDP does not manage, and the step count, are. Rank 0 reports.
-
-Axes: value (one entry per replicated parameter, then the step count)."""
+"""Every rank holds the same model: `RankAgreement` compares replicated parameters' bit checksums and the
+optimizer's step count across ranks (one all-reduce); a difference is `ranks_diverged`. Axes: value."""
 
 from __future__ import annotations
 
@@ -24,18 +12,21 @@ from harness.probes.probe import Probe
 from harness.report.symptoms import Symptom
 from harness.train.distributed.shard_sums import gathered, is_shard
 
+# Ranks drift apart silently: a parameter added after wrapping (DDP's hooks and FSDP's units never see it), a
+# callback changing weights on one rank, a rank restoring another checkpoint. A sharded parameter is held once:
+# only the parameters FSDP does not manage, and the step count, are compared.
+
 #: a float dtype's bits, read as the integer type of their size
 BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def checksum(tensor: torch.Tensor) -> torch.Tensor:
-    """0-dim int64: the sum of `tensor`'s elements' bits read as integers, the same on two ranks only if (but for a
-    collision) every bit is."""
+    """0-dim int64: the sum of `tensor`'s bits read as integers (changed by any changed bit)."""
     return tensor.detach().view(BITS[tensor.element_size()]).sum(dtype=torch.int64)
 
 
 def _step_count(optimizer, device) -> torch.Tensor:
-    """0-dim int64: the optimizer's own count of steps (Adam's `step`; 0 where it keeps none, as plain SGD)."""
+    """0-dim int64: the optimizer's own step count (Adam's `step`; 0 where it keeps none)."""
     for state in optimizer.state.values():
         if "step" in state:
             return torch.as_tensor(state["step"]).to(device=device, dtype=torch.int64)
@@ -43,8 +34,7 @@ def _step_count(optimizer, device) -> torch.Tensor:
 
 
 class RankAgreement(Probe):
-    """Every `every` steps, on two ranks or more: the replicated parameters and the optimizer's step count compared
-    across the ranks (one all-reduce); a difference is reported once as `ranks_diverged`."""
+    """Every `every` steps on several ranks: replicated weights and step count compared; `ranks_diverged`."""
 
     def __init__(self, every: int | None = 10):
         super().__init__(every)

@@ -1,12 +1,5 @@
-"""The dead-gradient sentinel: every parameter whose gradient stays zero, missing or below a dtype-aware
-threshold for `patience` steps in a row is reported by name, once (console, verdict.json `dead_params`).
-
-Its streak counters live on the device and are updated every step without a sync, from the gradient norms
-the non-finite guard has just taken (norms.gradient_norms); they are read on the host every `every` steps.
-Under sharding (trainer=fsdp) the norms are the whole gradients' (the guard's, reduced across ranks every step):
-a parameter dead in one rank's slice and alive in another's is alive. Every rank counts; rank 0 reports.
-
-Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
+"""The dead-gradient sentinel, `DeadGradients`: a parameter whose gradient stays zero, missing or below a
+threshold for `patience` steps is reported once (`dead_params`), counted on the device. Axes: param."""
 
 from __future__ import annotations
 
@@ -15,28 +8,25 @@ from torch import nn
 
 from harness.errors import ConfigError
 from harness.probes.layers.norms import find_guard, gradient_norms, parameter_names
-from harness.probes.probe import Probe, whole
+from harness.probes.probe import Probe, checked_whole_number
 from harness.report.symptoms import Symptom
-from harness.train.distributed.shard_sums import local, sharded
+from harness.train.distributed.shard_sums import any_sharded, local
 from harness.train.nonfinite import NonFiniteGuard
 
 
 def _dead_threshold(dtype: torch.dtype, threshold: float | None) -> float:
-    """A gradient norm at or below this counts as zero: `threshold`, or else the smallest normal number of
-    the dtype (a norm below it is zero or subnormal: no usable signal), at least float32's (the counters' dtype)."""
+    """The norm at or below which a gradient counts as zero: `threshold`, else the dtype's smallest normal."""
     if threshold is not None:
         return threshold
     return max(torch.finfo(dtype).tiny, torch.finfo(torch.float32).tiny)
 
 
 class DeadGradients(Probe):
-    """`grad_norm/dead` (how many parameters are dead so far) every `every` steps, and a warning naming each
-    parameter whose gradient norm was at or below `threshold` (None: the dtype's smallest normal number),
-    or missing, for `patience` steps in a row; verdict.json `dead_params`."""
+    """`grad_norm/dead`, and a `dead_params` symptom per parameter whose gradient stays below `threshold`."""
 
     def __init__(self, every: int | None = 1, patience: int = 10, threshold: float | None = None):
         super().__init__(every)
-        self.patience = whole(
+        self.patience = checked_whole_number(
             "patience", patience, 1, "steps in a row before a gradient counts as dead (try 10)"
         )
         if threshold is not None and (
@@ -57,7 +47,7 @@ class DeadGradients(Probe):
         self.params = [p for _, p in named]
         if not self.params:
             return
-        self.sharded = sharded(self.params)  # every rank takes part in the norms' reduction
+        self.sharded = any_sharded(self.params)  # every rank takes part in the norms' reduction
         device = local(self.params[0]).device
         self.thresholds = torch.tensor(
             [_dead_threshold(p.dtype, self.threshold) for p in self.params], device=device
@@ -88,8 +78,7 @@ class DeadGradients(Probe):
             self._report(self.fired.tolist(), trainer.global_step)  # a streak that ended after the last check
 
     def _report(self, fired: list[bool], step: int) -> float:
-        """Report each newly dead parameter once, as a `dead_params` symptom (console, trackers, verdict.json);
-        returns how many are dead so far."""
+        """Report each newly dead parameter once as `dead_params`; how many are dead so far."""
         for name, dead in zip(self.names, fired, strict=True):
             if dead and name not in self.dead_params:
                 self.dead_params.append(name)

@@ -1,9 +1,5 @@
-"""Histograms of every parameter's gradient and weights, every K steps: to TensorBoard and wandb when active,
-and as summary statistics (min, max, mean, std, fraction of zeros) to every logger, metrics.csv included.
-
-Four reads of each tensor (sums in float32, again in float64 only where float32 falls short), all results stacked
-on the device and moved to the host in one transfer (two when a tracker wants the buckets: their ranges go
-first). Axes: param, stat, bin, end (of a range)."""
+"""`Histograms` of every parameter's gradient and weights: buckets to TensorBoard and wandb, min, max, mean,
+std and zero fraction to every logger. Axes: param, stat, bin, end."""
 
 from __future__ import annotations
 
@@ -13,9 +9,9 @@ import torch
 from einops import rearrange
 
 from harness.probes.layers.norms import parameter_names
-from harness.probes.probe import Probe, whole
+from harness.probes.probe import Probe, checked_whole_number
 from harness.probes.trackers import has_tracker, log_histograms
-from harness.train.distributed.shard_sums import accumulator, gathered, local, reduce, sharded, square_sums
+from harness.train.distributed.shard_sums import any_sharded, gathered, local, reduce, square_sums, sum_dtype
 
 STATS = ("min", "max", "mean", "std", "zero_frac")
 #: a tensor whose sums leave its variance below this share of its mean square (its mean large against its spread,
@@ -23,22 +19,15 @@ STATS = ("min", "max", "mean", "std", "zero_frac")
 CANCELS = 0.1
 
 
-def sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Float64[param, 2]: the sum and the sum of squares of each tensor, accumulated in `dtype` (default:
-    harness.train.distributed.shard_sums.accumulator()), the squares in pieces (harness.train.distributed.shard_sums.square_sums)."""
-    dtype = dtype or accumulator(tensors)
+def sums_and_squares(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Float64[param, 2]: each tensor's sum and sum of squares, accumulated in `dtype` (default: sum_dtype)."""
+    dtype = dtype or sum_dtype(tensors)
     total = rearrange([t.sum(dtype=dtype) for t in tensors], "param -> param").double()
     return rearrange([total, square_sums(tensors, dtype)], "stat param -> param stat")
 
 
 def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Float64[param, 6]: min, max, sum, sum of squares, nonzero entries and entries of each tensor (this rank's
-    slice of it under sharding: an empty slice has min +inf and max -inf, what a reduction across ranks ignores).
-
-    Four reads of each tensor and no copy: aminmax, count_nonzero, and sums(): torch's sums are pairwise, ~1e-7
-    relative in float32 at any size, and the squares are summed in pieces to keep as much; a float64
-    accumulation converts every entry on the way, 5 to 17 times slower on the CPU (GPT-2's weights: 0.88 s
-    against 0.07 s), so summarize() asks for it only where float32 falls short (CANCELS, exact_sums)."""
+    """Float64[param, 6]: min, max, sum, sum of squares, nonzeros and entries of each tensor (slice)."""
     device = tensors[0].device
 
     def per_tensor(results) -> torch.Tensor:
@@ -49,24 +38,22 @@ def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
             return torch.aminmax(t)
         return tuple(torch.tensor(end, dtype=t.dtype, device=device) for end in (math.inf, -math.inf))
 
+    # float32 sums are pairwise (~1e-7 relative); float64 costs 5-17x on the CPU: exact_sums redoes only where needed
     lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
-    total, squares = rearrange(sums(tensors), "param stat -> stat param")
+    total, squares = rearrange(sums_and_squares(tensors), "param stat -> stat param")
     nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
     count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
     return rearrange([lo, hi, total, squares, nonzero, count], "stat param -> param stat")
 
 
 def exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
-    """`stats` (whole tensors') with the sum and the sum of squares of each tensor whose float32 sums cancel
-    (CANCELS) taken again in float64, so that its std keeps ~7 digits and a constant's is exactly 0. Deciding
-    which costs a host sync, on histogram steps only; under sharding every rank decides alike (the stats are
-    the whole tensors', the same on each) and the slices' float64 sums are added up once."""
+    """`stats` with the float32 sums that cancel (CANCELS) redone in float64 (one sync)."""
     _, _, total, squares, _, count = rearrange(stats, "param stat -> stat param")
     spread = squares - total * total / count  # n · the biased variance
     redo = (spread < CANCELS * squares).nonzero()[:, 0].tolist()
     if not redo:
         return stats
-    again = sums([tensors[i] for i in redo], torch.float64)
+    again = sums_and_squares([tensors[i] for i in redo], torch.float64)
     if shards:
         again = reduce(again)
     stats = stats.clone()
@@ -75,19 +62,15 @@ def exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -
 
 
 def _across_ranks(stats: torch.Tensor) -> torch.Tensor:
-    """slice_stats of every rank's slices combined into the whole tensors' (one all-gather): the least min,
-    the greatest max, the sums summed."""
+    """slice_stats of every rank combined into the whole tensors' (one all-gather): least min, greatest max,
+    sums."""
     every = gathered(stats)  # [rank, param, stat]
     return torch.cat([every[..., 0:1].amin(0), every[..., 1:2].amax(0), every[..., 2:].sum(0)], dim=1)
 
 
 def summarize(tensors: list[torch.Tensor], bins: int | None, shards: bool = False) -> torch.Tensor:
-    """Float[param, 7 (+ 2 bins + 1)]: min, max, mean, std (unbiased), zero fraction, sum, sum of squares of
-    each (non-empty) tensor, then (if `bins`) its histogram counts over [min, max] and the bin edges. Under
-    sharding (`shards`: the tensors are this rank's slices, every rank calls this) the whole tensors' figures:
-    the statistics gathered once, the buckets' counts summed once. The buckets take one torch.histc a tensor,
-    whose range needs the extremes on the host: one sync, on the steps that make histograms only (as is the one
-    exact_sums takes)."""
+    """Float[param, 7 (+ 2 bins + 1)]: min, max, mean, std, zero fraction, sum, sum of squares, then counts
+    and edges; with `shards`, the whole tensors'."""
     device = tensors[0].device
     stats = slice_stats(tensors)
     if shards:
@@ -101,7 +84,7 @@ def summarize(tensors: list[torch.Tensor], bins: int | None, shards: bool = Fals
     columns = columns.float()
     if not bins:
         return columns
-    lo, hi = lo.float(), hi.float()
+    lo, hi = lo.float(), hi.float()  # histc needs its range on the host: one sync
     width = torch.where(hi > lo, hi - lo, 1.0)  # a constant tensor (a bias at init) gets a unit-wide range
     ranges = [  # [min, max] exactly (min + width can round below max: the top entry would fall out)
         (low, high if high > low else low + max(1.0, abs(low))) if math.isfinite(low + high) else (0.0, 1.0)
@@ -116,19 +99,17 @@ def summarize(tensors: list[torch.Tensor], bins: int | None, shards: bool = Fals
 
 
 class Histograms(Probe):
-    """Every `every` steps, at the point the optimizer reads the gradients: `grad_stats/<param>/<stat>` and
-    `weight_stats/<param>/<stat>` for every logger, `grad_hist/<param>` and `weight_hist/<param>` histograms
-    for TensorBoard and wandb."""
+    """`grad_stats/` and `weight_stats/` for every logger, `grad_hist/` and `weight_hist/` for the trackers."""
 
     def __init__(self, every: int | None = 100, bins: int = 64):
         super().__init__(every)
-        self.bins = whole("bins", bins, 1, "buckets per histogram (try 64)")
+        self.bins = checked_whole_number("bins", bins, 1, "buckets per histogram (try 64)")
         self.named: list = []
         self.sharded = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.named = parameter_names(pl_module)
-        self.sharded = sharded(p for _, p in self.named)  # then every rank takes part, rank 0 logs
+        self.sharded = any_sharded(p for _, p in self.named)  # then every rank takes part, rank 0 logs
 
     @torch.no_grad()
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:

@@ -1,18 +1,5 @@
-"""Per-parameter gradient norm (+ the total), weight norm and update ratio ‖Δw‖/‖w‖: `ParameterNorms`.
-
-Gradients are read in `on_before_optimizer_step`: after accumulation and AMP unscaling, exactly what the
-optimizer is about to use. The gradient norms are the non-finite guard's, which has just taken them, when the
-harness runs one (`gradient_norms`, shared with the dead-gradient sentinel, dead.py); the weights' come from
-one `torch._foreach_powsum` call over pieces (harness.train.distributed.shard_sums.square_sums) on the steps that log them, and
-the step's numbers reach the host in one transfer, on logging steps only. (Squares are summed in float32:
-entries below ~1e-19 square to subnormals, flushed to zero under flush_denormal, so such a gradient counts as
-zero; it could not move a weight either.)
-
-Under sharding (trainer=fsdp) every rank computes its slices' figures and the whole layers' come from one
-all-reduce a step that logs weights (harness.train.distributed.shard_sums): the gradients' from the guard, which reduces them
-every step anyway, the weights' and the updates' packed together at the end of the step. Rank 0 logs them.
-
-Axes: param (one entry per parameter tensor, in `named_parameters()` order)."""
+"""`ParameterNorms`: grad_norm/ (the guard's norms, `gradient_norms`), weight_norm/ and update_ratio/ ‖Δw‖/‖w‖
+where the optimizer reads them, one transfer a logging step; whole layers under sharding."""
 
 from __future__ import annotations
 
@@ -22,15 +9,23 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from harness.probes.probe import Probe, due, whole
-from harness.train.distributed.shard_sums import local, names_of, reduce, sharded, square_sums
+from harness.probes.probe import Probe, checked_whole_number, due
+from harness.train.distributed.shard_sums import (
+    any_sharded,
+    local,
+    reduce,
+    square_sums,
+    unwrapped_named_parameters,
+)
 from harness.train.distributed.shard_sums import norms as whole_norms
 from harness.train.nonfinite import NonFiniteGuard
 
 
 def parameter_names(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """(name, parameter) for every parameter, frozen ones included, without the LightningModule's "model."."""
-    named = names_of(module)  # a wrapper's infix (FSDP1's `_fsdp_wrapped_module.`) taken out
+    """(name, parameter) for every parameter, frozen ones too, without the LightningModule's "model."."""
+    named = unwrapped_named_parameters(
+        module
+    )  # a wrapper's infix (FSDP1's `_fsdp_wrapped_module.`) taken out
     prefix = "model." if named and all(name.startswith("model.") for name, _ in named) else ""
     return [(name[len(prefix) :], p) for name, p in named]
 
@@ -43,10 +38,8 @@ def find_guard(trainer: pl.Trainer) -> NonFiniteGuard | None:
 def gradient_norms(
     params: list[nn.Parameter], guard: NonFiniteGuard | None, shards: bool = False
 ) -> tuple[torch.Tensor, int]:
-    """(Float[param]: the norm of each parameter's gradient, on the device, 0 where it has none; how many have
-    none). The guard's norms of these very gradients when it has taken them this step (it runs before the
-    probes), else harness.train.distributed.shard_sums.norms; under sharding (`shards`) the whole gradients' norms, either
-    way (a collective: every rank calls this)."""
+    """(Float[param] gradient norms, 0 where missing; how many are missing): the guard's where it took them."""
+    # squares summed in float32: entries below ~1e-19 flush to zero under flush_denormal (they move no weight)
     grads = [p.grad for p in params]
     present = [g for g in grads if g is not None]
     checked, checked_norms = guard.checked if guard is not None else ([], None)
@@ -64,19 +57,15 @@ def gradient_norms(
 
 
 class ParameterNorms(Probe):
-    """Every `every` steps: `grad_norm/<param>`, `grad_norm/total` and `grad_norm/missing` (how many parameters
-    have no gradient; their norm shows as 0), read where the optimizer reads them (before its update). On logging
-    steps that are multiples of `weight_every`: `weight_norm/<param>` (a read of every weight: free beside a small
-    model's step, 2% of a GPT-2-size step of 128 tokens, hence a period of its own). On logging steps that are
-    multiples of `ratio_every`: `update_ratio/<param>` = ‖Δw‖/‖w‖ of that step's update, with the weight norms
-    (it needs a copy of the weights, hence its own period)."""
+    """`grad_norm/` every `every` steps, before the update; `weight_norm/` every `weight_every`,
+    `update_ratio/` (‖Δw‖/‖w‖) every `ratio_every`."""
 
     def __init__(self, every: int | None = 1, ratio_every: int | None = 20, weight_every: int | None = 20):
         super().__init__(every)
         hint = "steps between update ratios (try 20)"
-        self.ratio_every = whole("ratio_every", ratio_every, 1, hint, optional=True)
+        self.ratio_every = checked_whole_number("ratio_every", ratio_every, 1, hint, optional=True)
         hint = "steps between weight norms (try 20; 1 for every step)"
-        self.weight_every = whole("weight_every", weight_every, 1, hint, optional=True)
+        self.weight_every = checked_whole_number("weight_every", weight_every, 1, hint, optional=True)
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None
@@ -86,7 +75,7 @@ class ParameterNorms(Probe):
         self.guard = find_guard(trainer)
         named = parameter_names(pl_module)
         self.params = [p for _, p in named]
-        self.sharded = sharded(self.params)  # then every rank computes, rank 0 logs
+        self.sharded = any_sharded(self.params)  # then every rank computes, rank 0 logs
         self.grad_keys = [f"grad_norm/{name}" for name, _ in named]
         self.weight_keys = [f"weight_norm/{name}" for name, _ in named]
         self.ratio_keys = [f"update_ratio/{name}" for name, _ in named]

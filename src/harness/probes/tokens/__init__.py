@@ -1,7 +1,5 @@
-"""Probes of the examples as tokens: what goes in, what comes out, and how far back the gradient reaches.
+"""Probes of the examples as tokens.
 
-datapoints.py   decoded examples and predictions: datapoints.jsonl, wandb Table, TensorBoard text
-logits.py       logit/p_correct, logit/entropy, logit/top1 (and p_correct.png in overfit mode)
-embeddings.py   a 2-D projection of the token embeddings: embeddings.png
-by_position.py  the input gradient by position: grad_by_position.png (reach.py measures it)
-reseed.py       hashes proving every overfit step saw the same inputs: inputs_identical"""
+datapoints.py   decoded examples: datapoints.jsonl;   logits.py   logit/ (p_correct.png)
+embeddings.py   embeddings.png;   by_position.py   grad_by_position.png (reach.py)
+reseed.py       inputs_identical"""

@@ -1,8 +1,5 @@
-"""Gradient by position over training: `input_grad_by_position` (reach.py) on a fixed batch, before the first
-optimizer step ("init"), every K steps, and at the end ("final").
-
-verdict.json gets `grad_by_position: {"init": [float per position], "final": [...]}`, `reach_init` and
-`reach_final` (a contract: the sweep summary reads them); the run dir gets `grad_by_position.png`."""
+"""`GradByPosition`: input_grad_by_position on a fixed batch at the start ("init"), every K steps and at the
+end ("final"): verdict.json `grad_by_position`, `reach_init`, `reach_final`, and grad_by_position.png."""
 
 from __future__ import annotations
 
@@ -10,11 +7,11 @@ import logging
 
 import torch
 
-from harness.probes.probe import Probe, whole
-from harness.probes.tokens.datapoints import collate
+from harness.probes.probe import Probe, checked_whole_number
+from harness.probes.tokens.datapoints import first_examples_batch
 from harness.probes.tokens.reach import input_grad_by_position, reach
 from harness.probes.trackers import has_tracker, log_image, own_randomness
-from harness.train.distributed.shard_sums import sharded
+from harness.train.distributed.shard_sums import any_sharded
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +20,13 @@ STATE = "probes.grad_by_position"
 
 
 class GradByPosition(Probe):
-    """`grad_by_position/reach` whenever it measures (every `every` steps, on the first `examples` training
-    examples); the full profiles go to the verdict and the plot."""
+    """`grad_by_position/reach` every `every` steps on the first `examples` training examples."""
 
     def __init__(self, every: int | None = 100, examples: int = 4):
         super().__init__(every)
-        self.examples = whole("examples", examples, 1, "training examples in the fixed batch (try 4)")
+        self.examples = checked_whole_number(
+            "examples", examples, 1, "training examples in the fixed batch (try 4)"
+        )
         self.profiles: dict[int, list[float]] = {}  # step -> norm per position
         self.init: list[float] | None = None
         self.final: list[float] | None = None
@@ -43,8 +41,8 @@ class GradByPosition(Probe):
             return
         # sharded (trainer=fsdp): its forward and backward gather each block from every rank, so every rank
         # measures the same fixed batch in step (torch.autograd.grad: no parameter's gradient is touched)
-        self.sharded = sharded(pl_module.parameters())
-        self.batch = collate(self.run.data, "train", self.examples)
+        self.sharded = any_sharded(pl_module.parameters())
+        self.batch = first_examples_batch(self.run.data, "train", self.examples)
         if (
             self.init is None
         ):  # a resumed run kept the first run's, measured at its start (on_load_checkpoint)
@@ -68,7 +66,7 @@ class GradByPosition(Probe):
         tracker, path = has_tracker(trainer), self.run.file("grad_by_position.png", plot=True)
         if not (path or tracker):
             return
-        from harness.probes.figures import grad_by_position_figure, save, to_rgb
+        from harness.probes.figures import grad_by_position_figure, save_figure, to_rgb
 
         earlier = sorted(step for step in self.profiles if step != trainer.global_step)
         shown = earlier[:1] + earlier[1:][:: max(1, len(earlier[1:]) // 4)]  # init and about 4 more: readable
@@ -76,13 +74,13 @@ class GradByPosition(Probe):
         series["final"] = self.final
         figure = grad_by_position_figure(series)
         if path:
-            save(figure, path)
+            save_figure(figure, path)
         if tracker:
             log_image(trainer, "grad_by_position", to_rgb(figure), trainer.global_step)
 
     def measure(self, trainer, pl_module) -> list[float] | None:
-        """‖∂L/∂e_t‖ per position now (rank 0 only, or every rank in step under sharding), on a random stream
-        of its own."""
+        """‖∂L/∂e_t‖ per position now, on its own random stream (rank 0, or every rank in step under
+        sharding)."""
         if self.batch is None or not (trainer.is_global_zero or self.sharded):
             return None
         device = pl_module.device

@@ -1,10 +1,5 @@
-"""Datapoints (practice P1): every K steps, a fixed set of training and validation examples decoded back to text
-with the tokenizer: input, target, argmax prediction and loss. To `datapoints.jsonl` in the run dir, a wandb
-Table and TensorBoard text. On text in mode=full, also greedy continuations of a few fixed prompts.
-
-Rendering: a position outside the loss mask shows as '·' in the target and the prediction (nothing is asked
-of the model there); control characters show as visible symbols ('\\n' -> '⏎', '\\t' -> '⇥', others as their
-U+2400 control pictures); a tokenizer's padding id, if it has one, as '░'. Axes: b examples, time, vocab."""
+"""`Datapoints` (practice P1): a fixed set of examples decoded (input, target, prediction, loss) every K steps
+to datapoints.jsonl and the trackers, plus greedy continuations on text. '·': unmasked, '░': padding."""
 
 from __future__ import annotations
 
@@ -15,23 +10,23 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from harness.data.batch import first_rows
-from harness.probes.probe import Probe, due, whole
+from harness.probes.probe import Probe, checked_whole_number, due
 from harness.probes.trackers import log_table, own_randomness
-from harness.train.distributed.shard_sums import sharded
+from harness.train.distributed.shard_sums import any_sharded
 
 MASKED, PADDING = "·", "░"
 VISIBLE = {"\n": "⏎", "\t": "⇥", "\r": "␍", "\x7f": "␡"}
 COLUMNS = ["step", "split", "index", "input", "target", "prediction", "loss"]
 
 
-def visible(text: str) -> str:
-    """`text` with every control character replaced by a visible symbol."""
+def visible_text(text: str) -> str:
+    """`text` with every control character shown as a visible symbol ('⏎', '⇥', U+2400 pictures)."""
     return "".join(VISIBLE.get(c, chr(0x2400 + ord(c)) if ord(c) < 0x20 else c) for c in text)
 
 
 def token_texts(tokenizer) -> list[str]:
-    """Each token id's decoded text, made visible; the padding id (if the tokenizer has one) as '░'."""
-    texts = [visible(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)]
+    """Each token id's decoded text, made visible; the padding id (if any) as '░'."""
+    texts = [visible_text(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)]
     pad = getattr(tokenizer, "pad_id", None)
     if pad is not None:
         texts[pad] = PADDING
@@ -39,23 +34,21 @@ def token_texts(tokenizer) -> list[str]:
 
 
 def render(texts: list[str], ids: list[int], mask: list[bool] | None = None) -> str:
-    """Decoded token by token (position t stays token t) through `texts` (see token_texts), '·' where `mask`
-    is False."""
+    """`ids` decoded token by token through `texts` (position t stays token t), '·' where `mask` is False."""
     if mask is None:
         return "".join(texts[i] for i in ids)
     return "".join(texts[i] if keep else MASKED for i, keep in zip(ids, mask, strict=True))
 
 
-def collate(data, split: str, count: int) -> dict[str, torch.Tensor] | None:
-    """The first `count` examples of `data`'s split as one batch, as its own loader collates them (the Batch keys);
-    None where the split holds none."""
+def first_examples_batch(data, split: str, count: int) -> dict[str, torch.Tensor] | None:
+    """The first `count` examples of `data`'s split as one batch, collated by its own loader; None where it
+    holds none."""
     batch = first_rows(data, split, count)
     return None if batch is None else {key: batch[key] for key in ("input_ids", "targets", "loss_mask")}
 
 
-def joined(batches: list[dict[str, torch.Tensor]], pad: int) -> dict[str, torch.Tensor]:
-    """Batches of one Batch each, stacked into one: a narrower one (its loader pads to its own longest example) is
-    padded on the right with `pad`, outside the loss mask."""
+def _stacked_padded(batches: list[dict[str, torch.Tensor]], pad: int) -> dict[str, torch.Tensor]:
+    """`batches` stacked into one, a narrower one padded on the right with `pad` outside the loss mask."""
     width = max(b["input_ids"].shape[1] for b in batches)
     out = {}
     for key in batches[0]:
@@ -65,8 +58,9 @@ def joined(batches: list[dict[str, torch.Tensor]], pad: int) -> dict[str, torch.
 
 
 @torch.no_grad()
-def greedy(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tensor:
-    """Long[b, tokens]: the argmax continuation of `prompt` [b, time], the model seeing the last `window` tokens."""
+def greedy_continuation(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tensor:
+    """Long[b, tokens]: the argmax continuation of `prompt` [b, time], the model seeing the last `window`
+    tokens."""
     ids = prompt
     for _ in range(tokens):
         next_token = model(ids[:, -window:])[:, -1].argmax(dim=-1)
@@ -75,10 +69,8 @@ def greedy(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tenso
 
 
 class Datapoints(Probe):
-    """Every `every` steps (and once at the end): the first `examples` training and validation examples,
-    decoded, to `datapoints.jsonl` in the run dir. In mode=full on text (a language-modelling dataset), every
-    `generate_every` steps (and at the end) greedy continuations of `prompts` prompts, `tokens` characters
-    each, too."""
+    """The first `examples` training and validation examples decoded every `every` steps; on text in
+    mode=full, greedy continuations every `generate_every`."""
 
     def __init__(
         self,
@@ -89,10 +81,12 @@ class Datapoints(Probe):
         generate_every: int = 500,
     ):
         super().__init__(every)
-        self.examples = whole("examples", examples, 1, "examples shown of each split (try 4)")
-        self.asked = whole("prompts", prompts, 0, "greedy continuations in mode=full on text (0: none)")
-        self.tokens = whole("tokens", tokens, 0, "characters each continuation adds (try 32)")
-        self.generate_every = whole(
+        self.examples = checked_whole_number("examples", examples, 1, "examples shown of each split (try 4)")
+        self.asked = checked_whole_number(
+            "prompts", prompts, 0, "greedy continuations in mode=full on text (0: none)"
+        )
+        self.tokens = checked_whole_number("tokens", tokens, 0, "characters each continuation adds (try 32)")
+        self.generate_every = checked_whole_number(
             "generate_every", generate_every, 1, "steps between continuations (try 500)"
         )
         self.prompts = 0  # `asked` where the run generates (on_train_start)
@@ -106,23 +100,25 @@ class Datapoints(Probe):
     def on_train_start(self, trainer, pl_module) -> None:
         # sharded (trainer=fsdp): a forward pass gathers each block from every rank, so every rank runs the same
         # passes on the same fixed examples, in step; rank 0 writes
-        self.sharded = sharded(pl_module.parameters())
+        self.sharded = any_sharded(pl_module.parameters())
         data = self.run.data
         self.texts = token_texts(data.tokenizer)
         train, val = data.train_dataset, data.val_dataset
         text = getattr(train, "task", None) == "lm"
         self.prompts = self.asked if text and not self.run.overfit else 0
-        self.batches = {"train": collate(data, "train", self.examples)}
+        self.batches = {"train": first_examples_batch(data, "train", self.examples)}
         # overfit mode validates on the training examples: shown once
         if (
             val is not None
             and val is not train
-            and (shown := collate(data, "val", self.examples)) is not None
+            and (shown := first_examples_batch(data, "val", self.examples)) is not None
         ):
             self.batches["val"] = shown
         # every split's examples in one batch: one forward pass a dump
         self.rows = [(split, i) for split, b in self.batches.items() for i in range(len(b["input_ids"]))]
-        self.batch = joined(list(self.batches.values()), pad=getattr(data.tokenizer, "pad_id", None) or 0)
+        self.batch = _stacked_padded(
+            list(self.batches.values()), pad=getattr(data.tokenizer, "pad_id", None) or 0
+        )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -137,8 +133,7 @@ class Datapoints(Probe):
 
     @torch.no_grad()
     def dump(self, trainer, pl_module, step: int, examples: bool = True, generate: bool = True) -> None:
-        """Decode the fixed examples' predictions at `step`; write and log them (rank 0 only; under sharding
-        every rank runs the forward passes with it)."""
+        """Decode the fixed examples' predictions at `step`; written and logged on rank 0."""
         if not (trainer.is_global_zero or self.sharded) or not self.batches:
             return
         self.last_step = step
@@ -185,14 +180,13 @@ class Datapoints(Probe):
         ]
 
     def continue_prompts(self, model, device: torch.device, step: int) -> list[list]:
-        """The first half of the first `prompts` validation (else training) examples, continued greedily;
-        the target column holds what the text really says next, as far as the example goes."""
+        """The first half of the first `prompts` examples continued greedily, beside what the text says."""
         source = self.batches.get("val", self.batches["train"])
         ids = source["input_ids"][: self.prompts]
         half = ids.shape[1] // 2
         prompt = ids[:, :half].to(device)
         truth = torch.cat([ids[:, half:], source["targets"][: self.prompts, -1:]], dim=1)[:, : self.tokens]
-        generated = greedy(model, prompt, self.tokens, window=ids.shape[1]).tolist()
+        generated = greedy_continuation(model, prompt, self.tokens, window=ids.shape[1]).tolist()
         texts = self.texts
         return [
             [step, "generate", i, render(texts, p), render(texts, t), render(texts, g), None]

@@ -1,6 +1,5 @@
-"""Embeddings (practice P1): every K steps, the token-embedding matrix projected on its first two principal
-components (an eigendecomposition in torch, deterministic: no random draw), logged as an image to TensorBoard /
-wandb; the last projection is saved as `embeddings.png` in the run dir. Axes: vocab tokens, dim embedding width."""
+"""`Embeddings`: the token embeddings on their first two principal components (`project`) every K steps, as an
+image to the trackers; the last as embeddings.png. Axes: vocab, dim."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import logging
 import torch
 
 from harness.probes.probe import Probe
-from harness.probes.tokens.datapoints import visible
+from harness.probes.tokens.datapoints import visible_text
 from harness.probes.trackers import has_tracker, log_image
 from harness.train.distributed.shard_sums import is_shard
 
@@ -17,17 +16,14 @@ log = logging.getLogger(__name__)
 
 
 def project(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Float[vocab, 2] coordinates on the first two principal components, Float[2] variance fractions).
-
-    The components are the top eigenvectors of the [dim, dim] scatter matrix XᵀX of the centered embeddings:
-    one product over the vocabulary and a small symmetric eigendecomposition, the same axes as an SVD of the
-    [vocab, dim] matrix at a sixth of its cost (GPT-2's 50257 x 768: 0.5 s against 3.2 s on a CPU thread).
-    Each axis's sign is fixed so that its largest coordinate is positive: successive frames don't flip."""
+    """(Float[vocab, 2] coordinates on the top two principal components, Float[2] variance fractions)."""
+    # eigenvectors of the [dim, dim] scatter XᵀX: an SVD's axes at a sixth of its cost (GPT-2: 0.5 s against 3.2 s)
     x = weight.detach().float()
     centered = x - x.mean(dim=0)
     scatter = centered.T @ centered
     variance, axes = torch.linalg.eigh(scatter)  # ascending
     coords = centered @ axes[:, [-1, -2]]
+    # each axis's sign fixed so its largest coordinate is positive: frames don't flip
     largest = coords.gather(0, coords.abs().argmax(dim=0, keepdim=True))
     coords = coords * torch.where(largest < 0, -1.0, 1.0)
     total = scatter.diagonal().sum()  # the sum of the variances: every eigenvalue's
@@ -36,8 +32,7 @@ def project(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Embeddings(Probe):
-    """`embeddings/explained_1|2` every `every` steps (and at the end), the scatter to the trackers, and (with
-    plots on) the final one as `embeddings.png` in the run dir."""
+    """`embeddings/explained_1|2` and the scatter every `every` steps; the last as `embeddings.png`."""
 
     def __init__(self, every: int | None = 100):
         super().__init__(every)
@@ -55,9 +50,9 @@ class Embeddings(Probe):
             self.snapshot(trainer, pl_module, trainer.global_step)
         path = self.run.file("embeddings.png", plot=True)
         if trainer.is_global_zero and path and self.last is not None:
-            from harness.probes.figures import embedding_figure, save
+            from harness.probes.figures import embedding_figure, save_figure
 
-            save(embedding_figure(*self.drawn()), path)
+            save_figure(embedding_figure(*self.figure_args()), path)
 
     @torch.no_grad()
     def snapshot(self, trainer, pl_module, step: int) -> None:
@@ -76,11 +71,11 @@ class Embeddings(Probe):
         if has_tracker(trainer):
             from harness.probes.figures import embedding_figure, to_rgb
 
-            log_image(trainer, "embeddings", to_rgb(embedding_figure(*self.drawn())), step)
+            log_image(trainer, "embeddings", to_rgb(embedding_figure(*self.figure_args())), step)
 
-    def drawn(self) -> tuple:
-        """The latest projection as embedding_figure takes it: coordinates, each token's label, step, fractions."""
+    def figure_args(self) -> tuple:
+        """The latest projection as embedding_figure takes it: coordinates, token labels, step, fractions."""
         step, coords, explained = self.last
         tokenizer = self.run.data.tokenizer
-        labels = [visible(tokenizer.decode([i])) for i in range(len(coords))]
+        labels = [visible_text(tokenizer.decode([i])) for i in range(len(coords))]
         return coords.tolist(), labels, step, explained

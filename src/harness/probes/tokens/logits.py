@@ -1,8 +1,5 @@
-"""Logit mass at the masked positions: the probability on the correct token, the entropy and the top-1 mass.
-
-Read from the (detached) logits the training step returns: no second forward pass. In overfit mode also
-per example, and `p_correct.png` at the end: one line per example, rising from 1/vocab to 1 as the model
-memorizes (practice P1: "visibly move from spread-out to concentrated"). Axes: b batch, time positions, vocab."""
+"""`LogitMass`: p(correct token), entropy and top-1 mass at the masked positions, from the logits the step
+returns; per example and p_correct.png in overfit mode (practice P1). Axes: b, time, vocab."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def _logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool) -> torch.Tensor:
-    """Float[3 (+ b)]: p(correct), entropy (nats) and top-1 mass over the batch's masked positions (positions
-    averaged, as train/ does), then, with `per_example`, each example's p(correct), from the step's
-    position_stats (harness.train.module). Stays on the device."""
+    """Float[3 (+ b)]: p(correct), entropy, top-1 mass over the masked positions, then each example's
+    p(correct)."""
     mask = loss_mask.float()
     sums = (stats[:3] * mask).sum(dim=-1)  # [stat, b]
     counts = mask.sum(dim=-1)
@@ -31,10 +27,7 @@ def _logit_mass(stats: torch.Tensor, loss_mask: torch.Tensor, per_example: bool)
 
 
 class LogitMass(Probe):
-    """`logit/p_correct`, `logit/entropy`, `logit/top1` on the steps the run's own metrics are written (`every`:
-    "log", the default: every step in overfit mode, every 10 in mode=full; the module takes the same statistics
-    there, so they cost one pass over the vocabulary between them) or every `every` steps; in overfit mode also
-    `logit/p_correct/example_<i>`, and (with plots on) `p_correct.png` in the run dir at the end of training."""
+    """`logit/p_correct`, `entropy`, `top1` with the run's metrics (`every`="log") or every `every` steps."""
 
     def __init__(self, every: int | str | None = "log"):
         self.with_metrics = every == "log"
@@ -77,10 +70,10 @@ class LogitMass(Probe):
         tracker, path = has_tracker(trainer), self.run.file("p_correct.png", plot=True)
         if not (trainer.is_global_zero and self.history and (path or tracker)):
             return
-        from harness.probes.figures import p_correct_figure, save, to_rgb
+        from harness.probes.figures import p_correct_figure, save_figure, to_rgb
 
         figure = p_correct_figure(self.history)
         if path:
-            save(figure, path)
+            save_figure(figure, path)
         if tracker:
             log_image(trainer, "logit/p_correct_per_example", to_rgb(figure), trainer.global_step)

@@ -1,6 +1,5 @@
-"""Proof of re-seeding (practice P3): in overfit mode, a hash of each step's batch and of the random state the
-step starts from (right after the Reseed callback, which comes before the probes in the callback list).
-If every step saw the same inputs and the same random numbers, every hash is the same."""
+"""Proof of re-seeding (practice P3): `ReseedProof` hashes each overfit step's batch and the random state it
+starts from (after the Reseed callback); every hash the same means every step saw the same inputs."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from harness.probes.probe import Probe
 
 
 def _batch_digest(batch: dict) -> str:
-    """blake2b over the batch's keys, and its tensors' dtypes, shapes and bytes (other values by repr)."""
+    """blake2b over the batch's keys and its tensors' dtypes, shapes and bytes (other values by repr)."""
     digest = hashlib.blake2b(digest_size=16)
     for key in sorted(batch):
         value = batch[key]
@@ -26,22 +25,20 @@ def _batch_digest(batch: dict) -> str:
 
 
 def _rng_digest(device: torch.device) -> str:
-    """blake2b of torch's CPU random state, and of the CUDA device's when training runs on one."""
+    """blake2b of torch's CPU random state, and the CUDA device's where training runs on one."""
     digest = hashlib.blake2b(torch.get_rng_state().numpy(), digest_size=16)
     if device.type == "cuda":
         digest.update(torch.cuda.get_rng_state(device).numpy())
     return digest.hexdigest()
 
 
-def short(hexdigest: str) -> float:
-    """The first 24 bits of a digest as a number every logger keeps exactly (float32 holds 24 bits)."""
+def _digest_number(hexdigest: str) -> float:
+    """The first 24 bits of a digest as a float, which every logger keeps exactly."""
     return float(int(hexdigest[:6], 16))
 
 
 class ReseedProof(Probe):
-    """Logs `reseed/batch_hash`, `reseed/rng_hash` and `reseed/same_as_first` (1 or 0) every `every` steps in
-    overfit mode (only it re-seeds). verdict.json: `inputs_identical`, true when every hashed step matched the
-    first, null in mode=full."""
+    """`reseed/` hashes in overfit mode; verdict.json `inputs_identical`."""
 
     def __init__(self, every: int | None = 1):
         super().__init__(every)
@@ -59,8 +56,8 @@ class ReseedProof(Probe):
         self.sink.add(
             step,
             {
-                "reseed/batch_hash": short(hashes[0]),
-                "reseed/rng_hash": short(hashes[1]),
+                "reseed/batch_hash": _digest_number(hashes[0]),
+                "reseed/rng_hash": _digest_number(hashes[1]),
                 "reseed/same_as_first": float(hashes == self.first),
             },
         )

@@ -1,15 +1,5 @@
-"""Several processes, one run: which rank this process is, and the launches the harness refuses.
-
-Two ways ranks start (conf/trainer/ddp.yaml):
-
-- one machine, `trainer=ddp`: Lightning's launcher restarts `train.py` with the same arguments for ranks 1..,
-  when `Trainer.fit` begins, so after rank 0 built the data and passed the preflight. Lightning adds
-  `hydra.run.dir=<rank 0's run dir>` and `hydra.output_subdir=null`, so every rank works in rank 0's run
-  directory and only rank 0 writes `.hydra/`.
-- a cluster, `hydra/launcher=slurm`: SLURM starts every task of a job at once (one per GPU); Lightning reads
-  the ranks from SLURM's variables and starts nothing itself.
-
-Rank 0 alone writes: the verdict, metrics.csv (Lightning's loggers are rank-zero only) and every probe output."""
+"""Which devices and launches a run may use, checked at the door before torch is imported: `check_devices`,
+`check_launch`, `check_torchrun_launch`, `processes` (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -22,9 +12,7 @@ from harness.ranks import under_torchrun
 
 
 def device_count(devices) -> int | None:
-    """The devices `trainer.devices` asks for, as Lightning reads it: a count >= 1, a list of device ids
-    ([0, 1] or "0,1"), or auto / -1 (None: as many as the machine has). Anything else is refused here rather
-    than by Lightning once the data is built and the preflight has run."""
+    """The count `trainer.devices` asks for (as Lightning reads it), None for auto / -1."""
     text = str(devices).strip() if isinstance(devices, str) else None
     if text in ("auto", "-1") or (
         isinstance(devices, int) and not isinstance(devices, bool) and devices == -1
@@ -52,8 +40,7 @@ SHARDED = ("fsdp",)
 
 
 def strategy_name(trainer: DictConfig) -> str:
-    """`trainer.strategy` as a name: the string given, or `fsdp` for the harness's sharded strategy (trainer=fsdp),
-    or the `_target_` of any other strategy built from one."""
+    """`trainer.strategy` as a name: the string, `fsdp` for sharding.FSDP, else the `_target_`."""
     strategy = trainer.get("strategy", "auto")
     if isinstance(strategy, DictConfig):
         target = str(strategy.get("_target_", "auto"))
@@ -62,10 +49,7 @@ def strategy_name(trainer: DictConfig) -> str:
 
 
 def _check_sharding(trainer: DictConfig) -> None:
-    """Refuse the sharded strategies the probes cannot read whole: Lightning's FSDPStrategy (FSDP1: `fsdp`,
-    `fsdp_cpu_offload`, or its class) flattens each unit's parameters into one buffer, leaving every rank's
-    parameters views of its own slice under a wrapper's names; a plain ModelParallelStrategy shards nothing
-    itself (its LightningModule must), and without it the ranks' gradients are never averaged."""
+    """Refuse FSDP1 (Lightning's FSDPStrategy) and a plain ModelParallelStrategy: the probes cannot read them."""
     strategy = trainer.get("strategy", "auto")
     given = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
     if given == "fsdp" or given.startswith("fsdp_") or given.endswith("FSDPStrategy"):
@@ -79,14 +63,13 @@ def _check_sharding(trainer: DictConfig) -> None:
     )
 
 
-def several(strategy: str) -> bool:
+def one_process_per_device(strategy: str) -> bool:
     """Whether `strategy` (strategy_name) runs one process a device: ddp and the sharded ones."""
     return strategy.startswith("ddp") or strategy in SHARDED
 
 
 def processes(trainer: DictConfig) -> int:
-    """Processes the Trainer config asks for on this machine: the devices under a DDP or sharded strategy, and
-    under `strategy: auto` too, where Lightning itself picks DDP for more than one device."""
+    """Processes the Trainer config asks for on this machine (under DDP, sharded, or auto strategies)."""
     strategy = strategy_name(trainer)
     devices = trainer.get("devices", 1)
     count = device_count(devices)
@@ -98,7 +81,7 @@ def processes(trainer: DictConfig) -> int:
             "spawned workers keep the stop step, probes and checks to "
             "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
         )
-    if several(strategy) and count is None:
+    if one_process_per_device(strategy) and count is None:
         raise ConfigError(
             "trainer.devices",
             devices,
@@ -111,8 +94,7 @@ def processes(trainer: DictConfig) -> int:
 
 
 def check_devices(trainer: DictConfig) -> None:
-    """Refuse a GPU run without a GPU, more processes than this machine holds, several machines without
-    anything to start them, and counts that disagree with torchrun's."""
+    """Refuse a GPU run without a GPU, more processes than the machine holds, or counts torchrun contradicts."""
     count, nodes = processes(trainer), trainer.get("num_nodes", 1)
     _check_torchrun(count, nodes)
     accelerator = trainer.get("accelerator", "auto")
@@ -151,9 +133,7 @@ def check_devices(trainer: DictConfig) -> None:
 
 
 def _check_torchrun(count: int, nodes: int) -> None:
-    """Under torchrun, the processes it started are the run's ranks: `count` (processes(trainer)) must be its
-    processes on this machine and `nodes` its machines, or Lightning would look for a device that is not there
-    (an IndexError once the preflight has run) or wait for ranks that never come."""
+    """Under torchrun, `count` and `nodes` must be its processes on this machine and its machines."""
     started = under_torchrun()
     if started is None:
         return
@@ -175,11 +155,7 @@ def _check_torchrun(count: int, nodes: int) -> None:
 
 
 def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
-    """Under torchrun with several processes, one run: not a sweep (each process would run every job), and in one
-    run dir every process names alike. Each process composes its own config, and a dir named by the time (the
-    default, `${now:...}`) differs between them: rank 0's verdict and checkpoints would land in one folder, the
-    other ranks' logs (and a distributed checkpoint's shards) in others. `hydra_cfg`: the composed hydra node.
-    Restarts (--max-restarts) only with a store of their own each (check_restarts)."""
+    """Under torchrun with several processes: no sweep, and a run dir every process names alike."""
     started = under_torchrun()
     if started is None or started[1] == 1:
         return
@@ -202,10 +178,7 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
 
 
 def check_restarts() -> None:
-    """torchrun --max-restarts keeps, by default, one store for every attempt of the job (its agent's, shared with
-    the rendezvous), though torch's process group counts on a new one each time: a restarted rank can read the
-    address a rank of the last attempt published there, and its first collective fail ("Connection refused") or
-    wait for good. torch's own switch gives each attempt its store; refused in one line without it."""
+    """Refuse torchrun --max-restarts with one store for every attempt: restarted ranks would never meet."""
     restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
     if restarts > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         raise ConfigError(
@@ -223,8 +196,7 @@ def on_cluster(launcher: DictConfig) -> bool:
 
 
 def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
-    """Refuse launches where DDP ranks would not meet: checked at the door, before a job is queued.
-    `launcher`: the composed hydra.launcher node."""
+    """Refuse, before a job is queued, launches where DDP ranks would not meet."""
     count, nodes = processes(cfg.trainer), cfg.trainer.get("num_nodes", 1)
     if on_cluster(launcher):
         if (
@@ -247,7 +219,7 @@ def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
         strategy = strategy_name(cfg.trainer)
         raise ConfigError(
             "trainer",
-            strategy if several(strategy) else "ddp",
+            strategy if one_process_per_device(strategy) else "ddp",
             "in a local sweep Lightning would restart the whole sweep in every rank; "
             "run the jobs one at a time (no -m), or sweep on a cluster with "
             "hydra/launcher=slurm, where SLURM starts the ranks",

@@ -1,12 +1,5 @@
-"""Each rank's heartbeat: a small file in the run dir, rewritten once a beat by a thread of the rank's own, that
-says what the rank is doing. The watchdog (harness.train.distributed.watchdog) reads every rank's to tell a run that is slow
-from one that is stuck, and which rank is to blame.
-
-`<run dir>/.ranks/<rank>.json` holds the process (pid, host, the machine and process namespace it runs in, when it
-started: a pid reused by another process, or one of another container, is not taken for it), the attempt it
-belongs to (a restarted job's ranks do not read the last attempt's files), the step, how often the rank has moved on (a training step, a validation batch), and what its main thread is doing,
-read from its Python stack where it is (`phase`: data loading, forward, backward, a collective, the optimizer step,
-validation, checkpointing, compiling; `where`: the innermost frames)."""
+"""Each rank's heartbeat, `<run dir>/.ranks/<rank>.json` (`Beat`): its process, attempt, step, moves and what
+its main thread does (`phase_of`), rewritten once a beat; the watchdog reads them."""
 
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.report.verdict import write_whole
+from harness.report.verdict import write_atomic
 
 #: the run dir's folder of heartbeats, one file a rank
 FOLDER = ".ranks"
@@ -44,7 +37,7 @@ LOOP = {
     "save_checkpoint": "checkpointing",
     "validation_step": "validation",
     "_evaluation_step": "validation",
-    "training_step": "forward",
+    "training_step": "forward",  # also a forward inside optimizer.step(closure)
     "optimizer_step": "the optimizer step",
     "backward": "backward",
     "advance": "data loading",  # Lightning's loop, between steps and hooks: the next batch is fetched
@@ -64,18 +57,18 @@ class Beat:
     rank: int
     pid: int
     host: str
-    born: int | None  # the process's start, in clock ticks since boot (/proc/<pid>/stat): None where unknown
-    attempt: str
+    born: int | None  # start_ticks(pid): with `machine`, a reused pid is not taken for this process
+    attempt: str  # the job's attempt: a restarted job's ranks do not read the last attempt's files
     machine: str = ""  # this boot and pid namespace (machine_id): where the pid means this process
     step: int = 0
-    moves: int = 0
+    moves: int = 0  # how often the rank moved on (a training step, a validation batch)
     phase: str = "start-up"
-    where: str = ""
+    where: str = ""  # the main thread's innermost frames
     count: int = 0  # beats written: a count that stops is a rank that stopped
 
 
-def born(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot), or None: it is gone, or /proc is not there."""
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot; None where it is gone or /proc is not there."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -84,8 +77,7 @@ def born(pid: int) -> int | None:
 
 
 def machine_id() -> str:
-    """This boot of this machine and this process's pid namespace: two processes see each other's pids only where
-    both agree (containers may share a host name, not their pids). Empty where /proc does not say."""
+    """This boot and pid namespace (where a pid means one process); empty where /proc does not say."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
@@ -93,14 +85,13 @@ def machine_id() -> str:
         return ""
 
 
-def final(beat: Beat) -> bool:
-    """Whether `beat` is the last its rank writes (done, or out by an error of its own): not waited for."""
+def is_last_beat(beat: Beat) -> bool:
+    """Whether `beat` is the last its rank writes (done, or out by its own error): not waited for."""
     return beat.phase == ENDED or beat.phase.startswith(RAISED)
 
 
 def alive(beat: Beat, here: str | None = None) -> bool | None:
-    """Whether the process `beat` describes still runs: False once it ended (or is a zombie), None where this
-    process cannot tell (another machine or pid namespace, no /proc). `here`: machine_id(), if known."""
+    """Whether `beat`'s process runs: False once ended, None where this machine cannot tell."""
     here = machine_id() if here is None else here
     if not here or beat.machine != here:
         return None
@@ -108,13 +99,11 @@ def alive(beat: Beat, here: str | None = None) -> bool | None:
         state = Path(f"/proc/{beat.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return state not in ("Z", "X") and born(beat.pid) == beat.born
+    return state not in ("Z", "X") and start_ticks(beat.pid) == beat.born
 
 
 def phase_of(frame) -> tuple[str, str]:
-    """(phase, where) of a thread whose innermost frame is `frame`: from the innermost frame that says, by its file
-    (PHASES), the part of the loop it is (LOOP), or the hook it is (on_...); `where` the three innermost frames,
-    innermost first. A forward inside optimizer.step(closure) is the forward."""
+    """(phase, where) of a thread from its innermost frame `frame` (PHASES, LOOP, a hook)."""
     frames = []
     while frame is not None:
         code = frame.f_code
@@ -143,14 +132,14 @@ def _path_of(run_dir: Path, rank: int) -> Path:
 
 
 def write_beat(run_dir: Path, beat: Beat) -> None:
-    """`beat` written whole (a reader never sees half of it)."""
+    """Write `beat` whole: a reader never sees half of it."""
     path = _path_of(run_dir, beat.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, json.dumps(asdict(beat)))
+    write_atomic(path, json.dumps(asdict(beat)))
 
 
 def read_beats(run_dir: Path, world: int, attempt: str) -> dict[int, Beat]:
-    """The heartbeats of this attempt's ranks 0..world-1 (one not written yet, or not readable, is left out)."""
+    """The heartbeats of this attempt's ranks 0..world-1; one not written or not readable is left out."""
     beats = {}
     for rank in range(world):
         try:

@@ -1,10 +1,5 @@
-"""Whole tensors from shards: what the guard and the probes read of a parameter under sharding (trainer=fsdp).
-
-Under FSDP2 each parameter (and its gradient) is a DTensor of which this rank holds one slice of the first
-dimension (`to_local()`, empty where the tensor has fewer rows than there are ranks). A norm of the slice is not
-the layer's norm, so every figure is computed as sums over the local slices (sums of squares, counts, extremes),
-packed into one tensor and reduced across ranks in one collective, then finished (a square root, a mean).
-Without sharding every function here is the plain computation, and touches no process group."""
+"""A whole tensor's figures from this rank's shards (trainer=fsdp): `local`, `reduce`, `gathered`, `norms`;
+sums over local slices, reduced across ranks in one collective. Unsharded: the plain computation."""
 
 from __future__ import annotations
 
@@ -15,17 +10,16 @@ from torch import nn
 
 
 def is_shard(tensor) -> bool:
-    """Whether `tensor` is a DTensor (a parameter or gradient under FSDP2). A plain tensor or parameter is told
-    by its type alone: the probes ask for every parameter each step, and the import costs microseconds a call."""
-    if type(tensor) in (torch.Tensor, nn.Parameter):
+    """Whether `tensor` is a DTensor (a parameter or gradient under FSDP2)."""
+    if type(tensor) in (torch.Tensor, nn.Parameter):  # asked for every parameter each step: no import
         return False
     from torch.distributed.tensor import DTensor
 
     return isinstance(tensor, DTensor)
 
 
-def sharded(params) -> bool:
-    """Whether any of `params` is sharded: then every rank must take part in each reduction below."""
+def any_sharded(params) -> bool:
+    """Whether any of `params` is sharded: then every rank must join each reduction."""
     return any(is_shard(p) for p in params)
 
 
@@ -35,10 +29,9 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def reduce(tensor: torch.Tensor, op=None) -> torch.Tensor:
-    """All-reduce `tensor` in place across every rank (a sum unless `op`), or leave it when alone. A view that is
-    not contiguous (a column of a table) goes through a contiguous copy: NCCL refuses it, gloo does not."""
+    """All-reduce `tensor` in place across every rank (a sum unless `op`); alone, it is left as it is."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        flat = tensor.contiguous()
+        flat = tensor.contiguous()  # NCCL refuses a view that is not contiguous (a table's column)
         dist.all_reduce(flat, op=op or dist.ReduceOp.SUM)
         if flat is not tensor:
             tensor.copy_(flat)
@@ -60,15 +53,13 @@ def gathered(rows: torch.Tensor) -> torch.Tensor:
 PIECE = 1 << 16
 
 
-def accumulator(tensors: list[torch.Tensor]) -> torch.dtype:
+def sum_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
     """The dtype sums over `tensors` accumulate in: float32, float64 where one of them is float64."""
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
 def square_sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Float64[tensor]: the sum of the squares of each tensor's entries, one torch._foreach_powsum over pieces of at
-    most PIECE entries (a tensor that large split into views), accumulated in `dtype` (default: accumulator()),
-    the pieces' sums added in float64."""
+    """Float64[tensor]: each tensor's sum of squares, in `dtype`, over pieces of PIECE entries."""
     if not tensors:
         return torch.zeros(0, dtype=torch.float64)
     device = tensors[0].device
@@ -77,7 +68,7 @@ def square_sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
         split = t.reshape(-1).split(PIECE) if t.numel() > PIECE else (t,)
         pieces += split
         owners += [i] * len(split)
-    accumulate = dtype or accumulator(tensors)
+    accumulate = dtype or sum_dtype(tensors)
     sums = rearrange(list(torch._foreach_powsum(pieces, 2, dtype=accumulate)), "piece -> piece").double()
     if len(pieces) == len(tensors):
         return sums
@@ -86,20 +77,16 @@ def square_sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
 
 
 def norms(tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
-    """Float[tensor]: the 2-norm of each whole tensor (float32; float64 where one is float64), from square_sums
-    (one torch._foreach_powsum); under sharding (`shards`) the local slices' sums of squares added across ranks in
-    one all-reduce (in float64)."""
+    """Float[tensor]: each whole tensor's 2-norm; with `shards`, the slices' square sums all-reduced."""
     if not tensors:
         return torch.zeros(0)
     if not shards:
-        return square_sums(tensors).sqrt().to(accumulator(tensors))
-    return reduce(square_sums([local(t) for t in tensors])).sqrt().to(accumulator(tensors))
+        return square_sums(tensors).sqrt().to(sum_dtype(tensors))
+    return reduce(square_sums([local(t) for t in tensors])).sqrt().to(sum_dtype(tensors))
 
 
-def names_of(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """(name, parameter) of `module`, the names as the model itself gives them: FSDP2 and the composable
-    activation checkpointing keep them; a wrapper's infix (`_fsdp_wrapped_module.`, `_checkpoint_wrapped_module.`,
-    `_orig_mod.`, from FSDP1, wrapper-style checkpointing and torch.compile) is taken out."""
+def unwrapped_named_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of `module`, the wrappers' infixes (FSDP1, checkpointing, compile) taken out."""
     infixes = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
     named = []
     for name, p in module.named_parameters():

@@ -1,16 +1,5 @@
-"""Sharded data parallelism (conf/trainer/fsdp.yaml): PyTorch's FSDP2 (`fully_shard`) through Lightning's
-`ModelParallelStrategy`, every process a data-parallel rank holding 1/ranks of every weight, gradient and
-optimizer state.
-
-Why FSDP2 and not Lightning's `FSDPStrategy` (FSDP1): FSDP2 keeps each parameter a parameter of the model, under
-its own name, as a DTensor sharded on its first dimension, so a probe can still name a layer and read its shard;
-FSDP1 flattens a unit's parameters into one buffer renamed `_fsdp_wrapped_module.<...>`, where a layer's gradient
-no longer exists as a tensor of its own.
-
-The units (each all-gathered before its forward, its gradient reduce-scattered after its backward) are taken from
-the model itself: the repeated children of a ModuleList (`blocks.0`, `blocks.1`, ...; a Hugging Face model's
-`model.layers.N`), the outermost such list only; what is left (embeddings, the final norm, a tied head) is the
-root unit. A model with no such list is one unit: the weights sharded all the same, gathered whole each step."""
+"""trainer=fsdp: `FSDP`, FSDP2 (`fully_shard`) through Lightning's ModelParallelStrategy, each rank holding
+1/ranks of every weight, gradient and optimizer state; units are the model's repeated blocks."""
 
 from __future__ import annotations
 
@@ -23,15 +12,17 @@ from torch import nn
 from harness.errors import ConfigError
 from harness.train.distributed.devices import strategy_name
 
+# FSDP2, not Lightning's FSDPStrategy (FSDP1): each parameter stays the model's, under its own name, a DTensor
+# sharded on dim 0, so a probe can name a layer and read its shard; FSDP1 flattens a unit into one buffer.
+
 log = logging.getLogger(__name__)
 
 #: trainer.strategy.mixed_precision: the dtype weights are gathered and computed in (gradients reduced in fp32)
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def units(model: nn.Module) -> list[nn.Module]:
-    """The model's repeated blocks, in order: every child of a ModuleList whose children (two or more) are all of
-    one class, found from the top down and not looked inside (one unit never holds another)."""
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks, in order: the children of the outermost ModuleLists of one class."""
     found: list[nn.Module] = []
 
     def visit(module: nn.Module) -> None:
@@ -47,31 +38,21 @@ def units(model: nn.Module) -> list[nn.Module]:
 
 
 def unit_names(model: nn.Module) -> list[str]:
-    """The units' module names (`blocks.0`, ...): what the run's log says it sharded."""
-    wanted = {id(unit) for unit in units(model)}
+    """The units' module names (`blocks.0`, ...), as the run's log names them."""
+    wanted = {id(unit) for unit in shard_units(model)}
     return [name for name, module in model.named_modules() if id(module) in wanted]
 
 
 def _is_sharded(model: nn.Module) -> bool:
-    """Whether `model` has been through fully_shard already (configure_model runs at every fit and validate)."""
+    """Whether `model` went through fully_shard already (configure_model runs at every fit and validate)."""
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
 
 
 class FSDP(ModelParallelStrategy):
-    """ModelParallelStrategy with every process a data-parallel rank (no tensor parallelism), and the sharding
-    applied by `shard`, which the LightningModule's `configure_model` calls.
-
-    `mixed_precision`: null (fp32) | bf16 | fp16, FSDP2's own policy: weights gathered and computed in that dtype,
-    gradients reduced and kept in fp32 (the probes read fp32 gradients either way). `activation_checkpointing`:
-    each unit's activations are recomputed in the backward instead of kept (less memory, about a third more
-    compute). `reshard_after_forward`: free each unit's gathered weights after its forward (gathered again for
-    the backward; false keeps them: more memory, one all-gather less). `save_distributed_checkpoint`: false
-    (default) writes one consolidated last.ckpt on rank 0, as without sharding, which mode=eval reads; true
-    writes a folder of shards, one file a rank (for models too large to gather on one rank). `meta_init`: the
-    model is built on the meta device (no memory) and its weights made only once sharded, each rank its slice
-    (materialize): for a model whose whole weights do not fit one rank; read by build_parts (on_meta)."""
+    """ModelParallelStrategy with every process a data-parallel rank, sharded by `shard`
+    (conf/trainer/fsdp.yaml)."""
 
     def __init__(
         self,
@@ -99,20 +80,19 @@ class FSDP(ModelParallelStrategy):
         self.reshard_after_forward = bool(reshard_after_forward)
 
     def setup_environment(self) -> None:
-        """Every process one data-parallel rank: a mesh of ranks x 1 (the base class would make it 1 x ranks,
-        tensor parallel, and give every rank the same data)."""
+        """Every process a data-parallel rank: a mesh of ranks x 1 (the base class's is tensor parallel)."""
         self._data_parallel_size = self.num_processes * self.num_nodes
         self._tensor_parallel_size = 1
         super().setup_environment()
 
     def on_validation_end(self) -> None:
-        """After every validation, the sanity check's included: the model back to its slices (reshard)."""
+        """After every validation (the sanity check's too): the model back to its slices."""
         super().on_validation_end()
         reshard(self.lightning_module)
 
     def shard(self, model: nn.Module) -> None:
-        """fully_shard each unit (units()), then the model itself; activation checkpointing on each unit first.
-        Once: a model already sharded is left as it is."""
+        """fully_shard each unit, then the model (activation checkpointing on each unit first); a model
+        already sharded is left as it is."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if _is_sharded(model):
@@ -122,7 +102,7 @@ class FSDP(ModelParallelStrategy):
         if self.mixed_precision:
             dtype = PRECISIONS[self.mixed_precision]
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        blocks, names = units(model), unit_names(model)
+        blocks, names = shard_units(model), unit_names(model)
         if self.activation_checkpointing:
             from harness.compat import checkpoint_activations
 
@@ -145,10 +125,7 @@ class FSDP(ModelParallelStrategy):
 
 
 def reshard(model: nn.Module) -> None:
-    """Every unit of `model` back to its slices. A forward without a backward (a validation, a check) leaves the
-    root unit gathered, as FSDP keeps it for the backward to come: whatever listed the parameters then (the guard
-    and the probes, at the start of training) would hold the gathered tensors, whose memory FSDP frees at the
-    next step."""
+    """Every unit of `model` back to its slices (a forward without a backward leaves the root gathered)."""
     from torch.distributed.fsdp import FSDPModule
 
     for module in model.modules():
@@ -157,7 +134,7 @@ def reshard(model: nn.Module) -> None:
 
 
 def on_meta_device(model: nn.Module) -> bool:
-    """Whether `model` was built on the meta device and has no memory yet: nothing to run."""
+    """Whether `model` was built on the meta device and has no memory yet."""
     return any(p.is_meta for p in model.parameters())
 
 
@@ -168,8 +145,7 @@ def on_meta(cfg) -> bool:
 
 
 def check_init_weights(model: nn.Module) -> None:
-    """A model built on the meta device gets its weights from its own `init_weights()` once sharded (the convention
-    of torchtitan's and Hugging Face's models): refused without one, in one line."""
+    """Refuse a model built on the meta device without an `init_weights()`: its weights would stay empty."""
     if not callable(getattr(model, "init_weights", None)):
         raise ConfigError(
             "trainer.strategy.meta_init",
@@ -181,16 +157,15 @@ def check_init_weights(model: nn.Module) -> None:
 
 
 def materialize(model: nn.Module, device: torch.device, rank: int) -> None:
-    """Memory for each rank's slices of a model built on the meta device (after fully_shard), then the model's own
-    init_weights(). On CPUs each rank draws from the run's seed plus its rank: seeded alike, every rank's slice of
-    a random weight would hold the same numbers (PyTorch draws a CPU DTensor's slices each from its own
-    generator), a weight of repeated blocks."""
-    ties = tied(model)
+    """Memory for a meta-built model's slices (after fully_shard), then its own init_weights()."""
+    ties = _tied_parameters(model)
     model.to_empty(device=device)
     for owner, name, source in ties:  # to_empty gives each use of a tied parameter a tensor of its own
         if getattr(owner, name) is not source():
             setattr(owner, name, source())
     # on GPUs, DTensor's own generator draws one weight's slices as parts of one stream, from rank 0's seed
+    # on CPUs each rank draws from seed + rank: seeded alike, every slice would hold the same numbers (a CPU
+    # DTensor's slices each draw from their own generator)
     offset, devices = (rank, []) if device.type == "cpu" else (0, [device])
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(torch.initial_seed() + offset)
@@ -198,9 +173,8 @@ def materialize(model: nn.Module, device: torch.device, rank: int) -> None:
             model.init_weights()
 
 
-def tied(model: nn.Module) -> list[tuple]:
-    """(module, attribute, the first use's parameter, as a function) for every later use of a parameter that
-    several modules share (a head tied to the token embedding)."""
+def _tied_parameters(model: nn.Module) -> list[tuple]:
+    """(module, attribute, the first use's parameter as a function) for every later use of a shared parameter."""
     first: dict[int, tuple[nn.Module, str]] = {}
     ties = []
     for module in model.modules():

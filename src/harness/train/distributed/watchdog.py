@@ -1,22 +1,5 @@
-"""A rank that dies or stops is named within seconds, and the run ends with a verdict rather than a collective's
-traceback, or a wait as long as the process group's timeout (30 minutes) holding every device of the job.
-
-Every rank of a run on several processes beats (harness.train.distributed.heartbeat) and reads the others' heartbeats, from a
-thread of its own, once a beat (watchdog.beat_s). The run ends when
-
-- a rank's process has ended before training did (RANK_LOST): seen at the next beat, or as soon as a collective
-  fails on a survivor (its main thread asks here before it calls the error a bug). A rank this process started
-  (Lightning's launcher: rank 0 of each machine starts the others) is named with its exit code or signal;
-- no rank has moved on (a step, a validation batch) for watchdog.stall_s while one waits for the others
-  (RANK_STALLED). Named: the ranks that have not beaten for watchdog.silent_s (stopped, or frozen in C code),
-  else those behind (a lower step, or not waiting while the others wait in a collective). Not a stall while a
-  rank still beating is in one long operation (checkpointing, compiling): the process group's own timeout bounds
-  that.
-
-The lowest rank not named writes the verdict (harness.tasks.training.lost_verdict); each survivor ends the named
-ranks it can reach (those on its machine: SIGKILL, which a stopped process obeys too), and exits. A survivor whose
-main thread is stuck in a collective that nothing will end (NCCL, where a dead peer raises nothing) is ended by
-this thread, after its verdict is written."""
+"""A rank that dies or stops, named within seconds: `RankWatch` beats and reads every rank's heartbeat; a
+process gone is RANK_LOST, no rank moving on while one waits RANK_STALLED, and the run ends with a verdict."""
 
 from __future__ import annotations
 
@@ -40,11 +23,11 @@ from harness.train.distributed.heartbeat import (
     WAITING,
     Beat,
     alive,
-    born,
-    final,
+    is_last_beat,
     machine_id,
     main_phase,
     read_beats,
+    start_ticks,
     write_beat,
 )
 
@@ -93,7 +76,7 @@ class Fault:
 
 
 class RankLost(Exception):
-    """Training ended because a rank died or stalled (the Fault says which)."""
+    """Training ended because a rank died or stalled (`fault` says which)."""
 
     def __init__(self, fault: Fault):
         self.fault = fault
@@ -102,28 +85,27 @@ class RankLost(Exception):
 
 @dataclass
 class Heard:
-    """What this rank has heard of another: its last heartbeat, and when (this process's monotonic clock, so that
-    machines' clocks need not agree) its beat count and its moves last changed."""
+    """What this rank heard of another: its last beat, and when (monotonic) its count and moves changed."""
 
     beat: Beat
     heard: float
     moved: float
 
 
-def judge(heard: dict[int, Heard], world: int, now: float, since: float, stall_s: float, silent_s: float):
-    """The stall in what this rank has heard of ranks 0..world-1 (`since`: when it began listening), as
-    (status, named ranks) or None: no rank moved on for `stall_s` while one waits or is silent. Pure: tested on its
-    own."""
-    running = {r: h for r, h in heard.items() if not final(h.beat)}
+def stalled_ranks(
+    heard: dict[int, Heard], world: int, now: float, since: float, stall_s: float, silent_s: float
+):
+    """The ranks to name for a stall, or None: no rank moved on for `stall_s` while one waits or is silent."""
+    running = {r: h for r, h in heard.items() if not is_last_beat(h.beat)}
     moved = max([h.moved for h in heard.values()] + [since])
     if now - moved < stall_s:
         return None
     silent = [
         r for r in range(world) if r not in heard or (r in running and now - heard[r].heard >= silent_s)
     ]
-    if silent:
+    if silent:  # stopped, or frozen in C code
         return [
-            Named(r, f"no heartbeat for {now - heard[r].heard:.0f} s", **placed(heard[r].beat))
+            Named(r, f"no heartbeat for {now - heard[r].heard:.0f} s", **_whereabouts(heard[r].beat))
             if r in heard
             else Named(r, f"no heartbeat in {now - since:.0f} s: it never reported")
             for r in silent
@@ -134,16 +116,17 @@ def judge(heard: dict[int, Heard], world: int, now: float, since: float, stall_s
     if not waiting:
         return None  # nobody waits for anybody: not a stall between ranks
     top = max(h.beat.step for h in running.values())
+    # behind: a lower step, else not waiting while the others wait
     behind = [r for r, h in running.items() if h.beat.step < top] or sorted(set(running) - waiting)
     if behind:
         why = f"behind: no progress for {now - moved:.0f} s while the others wait in a collective"
-        return [Named(r, why, **placed(running[r].beat)) for r in behind]
+        return [Named(r, why, **_whereabouts(running[r].beat)) for r in behind]
     why = f"waits in a collective no other rank joined, for {now - moved:.0f} s (the ranks called different ones)"
-    return [Named(r, why, **placed(h.beat)) for r, h in sorted(running.items())]
+    return [Named(r, why, **_whereabouts(h.beat)) for r, h in sorted(running.items())]
 
 
-def placed(beat: Beat) -> dict:
-    """A named rank's whereabouts, from its heartbeat."""
+def _whereabouts(beat: Beat) -> dict:
+    """A named rank's whereabouts (pid, host, step, phase, where), from its heartbeat."""
     return {
         "pid": beat.pid,
         "host": beat.host,
@@ -153,8 +136,8 @@ def placed(beat: Beat) -> dict:
     }
 
 
-def ended(returncode: int) -> str:
-    """A process's exit, in words: `killed by SIGKILL`, `exited with 1`."""
+def exit_in_words(returncode: int) -> str:
+    """A process's exit in words: `killed by SIGKILL`, `exited with 1`."""
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"
@@ -163,8 +146,8 @@ def ended(returncode: int) -> str:
     return f"exited with {returncode}"
 
 
-def in_log(level: int, message: str) -> None:
-    """A detail the console need not show (it has the verdict's one line): to the run's log file alone."""
+def log_to_file_only(level: int, message: str) -> None:
+    """Log `message` to the run's log file alone: the console has the verdict's one line."""
     record = log.makeRecord(log.name, level, __file__, 0, message, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and level >= handler.level:
@@ -172,9 +155,7 @@ def in_log(level: int, message: str) -> None:
 
 
 class RankWatch(pl.Callback):
-    """This rank's heartbeat, and the watchdog reading every rank's (the module's docstring says what it does).
-    `on_fault(fault)`: what ends the run from the watchdog's thread when the main thread cannot (it writes the
-    verdict where this rank is the writer, and returns the exit code). Does nothing on one process."""
+    """This rank's heartbeat, and the watchdog thread reading every rank's; `on_fault` ends the run from it."""
 
     def __init__(
         self,
@@ -194,8 +175,8 @@ class RankWatch(pl.Callback):
         self.taken, self.stopping, self.lock = threading.Event(), threading.Event(), threading.Lock()
         self.thread: threading.Thread | None = None
         self.since = 0.0
-        self.born: int | None = None  # this process's start (harness.train.distributed.heartbeat.born)
-        self.machine = ""  # where its pid means it (harness.train.distributed.heartbeat.machine_id)
+        self.start_ticks: int | None = None  # this process's start (heartbeat.start_ticks)
+        self.machine = ""  # where its pid means this process (heartbeat.machine_id)
         self.trainer = self.module = None
 
     # --- the rank's own progress, from the main thread ------------------------------------------------------
@@ -211,7 +192,7 @@ class RankWatch(pl.Callback):
         self.attempt = trainer.strategy.broadcast(uuid.uuid4().hex if self.rank == 0 else None)
         procs = stand_down_child_observer()
         self.children = {self.rank + i: proc for i, proc in enumerate(procs, start=1)}
-        self.since, self.born, self.machine = time.monotonic(), born(os.getpid()), machine_id()
+        self.since, self.start_ticks, self.machine = time.monotonic(), start_ticks(os.getpid()), machine_id()
         self.publish("the start of training")
         self.thread = threading.Thread(target=self.run, name="harness-rank-watch", daemon=True)
         self.thread.start()
@@ -231,9 +212,7 @@ class RankWatch(pl.Callback):
         self.close(ENDED)
 
     def close(self, ending: str) -> None:
-        """Training is over for this rank (Lightning's teardown, or harness.tasks.training.fit when an error left
-        it, which Lightning's teardown hook does not see): the watchdog stops, the main thread ends the run itself,
-        and the last heartbeat says how (ENDED, or RAISED and the error: the others then do not take it for lost)."""
+        """Training is over for this rank: the watchdog stops, and the last heartbeat says how (`ending`)."""
         if self.thread is None or self.stopping.is_set():
             return
         self.taken.set()
@@ -247,9 +226,9 @@ class RankWatch(pl.Callback):
         try:
             while not self.stopping.wait(self.beat_s):
                 self.publish()
-                fault = self.look()
+                fault = self.fault_now()
                 if fault is not None:
-                    self.act(fault)
+                    self.end_run(fault)
                     return
         except Exception:  # a watchdog that stops must say so: the others will see this rank silent
             log.exception("the watchdog stopped")
@@ -259,7 +238,7 @@ class RankWatch(pl.Callback):
         phase, where = (phase, "") if phase else main_phase()
         self.count += 1
         beat = Beat(
-            self.rank, os.getpid(), socket.gethostname(), self.born, self.attempt, self.machine,
+            self.rank, os.getpid(), socket.gethostname(), self.start_ticks, self.attempt, self.machine,
             step=self.step, moves=self.moves, phase=phase, where=where, count=self.count,
         )  # fmt: skip
         try:
@@ -267,15 +246,16 @@ class RankWatch(pl.Callback):
         except OSError as err:  # a full disk: the others will see this rank silent, which says as much
             log.debug("heartbeat not written: %s", err)
 
-    def look(self, failed: bool = False) -> Fault | None:
-        """The fault in every rank's heartbeat now (the first one found stays), or None. `failed`: a collective
-        has failed here, so a rank silent for silent_s is lost (on another machine, its process cannot be seen)."""
-        with self.lock:
+    def fault_now(self, failed: bool = False) -> Fault | None:
+        """The fault in every rank's heartbeat now (the first found stays), or None; `failed`: a collective
+        failed."""
+        with self.lock:  # `failed`: a rank silent for silent_s is lost (another machine's process is unseen)
             if self.fault is None:
-                self.fault = self.found(time.monotonic(), failed)
+                self.fault = self.read_fault(time.monotonic(), failed)
             return self.fault
 
-    def found(self, now: float, failed: bool = False) -> Fault | None:
+    def read_fault(self, now: float, failed: bool = False) -> Fault | None:
+        """The fault the heartbeats show at `now`: a rank's own error, a rank gone, or a stall; None."""
         beats = read_beats(self.run_dir, self.world, self.attempt)
         for rank, beat in beats.items():
             before = self.heard.get(rank)
@@ -283,35 +263,43 @@ class RankWatch(pl.Callback):
                 moved = now if before is None or before.beat.moves != beat.moves else before.moved
                 self.heard[rank] = Heard(beat, now, moved)
         raised = [
-            Named(r, beat.phase, **{**placed(beat), "phase": None})  # what it did is what it raised
+            Named(r, beat.phase, **{**_whereabouts(beat), "phase": None})  # what it did is what it raised
             for r, beat in sorted(beats.items())
             if r != self.rank and beat.phase.startswith(RAISED)
         ]
         if raised:  # its own error ended it (its log has the traceback): the run's error, not a rank lost
             return self.fault_of(ERROR, raised)
         gone = []
-        for rank, proc in self.children.items():
+        for rank, proc in self.children.items():  # ranks this process started: their exit code is ours
             beat = beats.get(rank)
-            if proc.poll() not in (None, 0) and not (beat and final(beat)):
+            if proc.poll() not in (None, 0) and not (beat and is_last_beat(beat)):
                 gone.append(
-                    Named(rank, ended(proc.returncode), **(placed(beat) if beat else {"pid": proc.pid}))
+                    Named(
+                        rank,
+                        exit_in_words(proc.returncode),
+                        **(_whereabouts(beat) if beat else {"pid": proc.pid}),
+                    )
                 )
         for rank, beat in sorted(beats.items()):
-            if rank == self.rank or rank in self.children or final(beat):
+            if rank == self.rank or rank in self.children or is_last_beat(beat):
                 continue
             if alive(beat, self.machine) is False:
-                gone.append(Named(rank, "ended (its exit status is its parent's to read)", **placed(beat)))
+                gone.append(
+                    Named(rank, "ended (its exit status is its parent's to read)", **_whereabouts(beat))
+                )
         if failed and not gone:
             gone = [
                 Named(
-                    r, f"no heartbeat for {now - h.heard:.0f} s since a collective failed", **placed(h.beat)
+                    r,
+                    f"no heartbeat for {now - h.heard:.0f} s since a collective failed",
+                    **_whereabouts(h.beat),
                 )
                 for r, h in sorted(self.heard.items())
-                if r != self.rank and not final(h.beat) and now - h.heard >= self.silent_s
+                if r != self.rank and not is_last_beat(h.beat) and now - h.heard >= self.silent_s
             ]
         if gone:
             return self.fault_of(LOST, gone)
-        named = judge(self.heard, self.world, now, self.since, self.stall_s, self.silent_s)
+        named = stalled_ranks(self.heard, self.world, now, self.since, self.stall_s, self.silent_s)
         return None if named is None else self.fault_of(STALLED, named)
 
     def fault_of(self, status: str, named: list[Named]) -> Fault:
@@ -321,17 +309,16 @@ class RankWatch(pl.Callback):
             if proc.poll() is not None:
                 out.add(rank)
         for rank, h in self.heard.items():
-            if rank != self.rank and (final(h.beat) or alive(h.beat, self.machine) is False):
+            if rank != self.rank and (is_last_beat(h.beat) or alive(h.beat, self.machine) is False):
                 out.add(rank)
         writer = min((r for r in range(self.world) if r not in out), default=self.rank)
         return Fault(status, named, writer, self.step)
 
-    def act(self, fault: Fault) -> None:
-        """End the named ranks this machine can reach; leave the main thread GRACE_S to take over (a collective
-        that lost its peer fails at once on gloo); else write the verdict (the writer) and exit from here."""
-        in_log(logging.ERROR, fault.line())
+    def end_run(self, fault: Fault) -> None:
+        """End the named ranks here; give the main thread GRACE_S, else write the verdict and exit."""
+        log_to_file_only(logging.ERROR, fault.line())
         self.end_named(fault)
-        if self.taken.wait(GRACE_S):
+        if self.taken.wait(GRACE_S):  # gloo fails the collective at once; NCCL may never: then this thread
             return
         code = 1
         try:
@@ -344,8 +331,7 @@ class RankWatch(pl.Callback):
             os._exit(code)
 
     def end_named(self, fault: Fault) -> None:
-        """SIGKILL each named rank still running on this machine (checked to be the very process that beat); not
-        one that raised an error of its own, which is ending by itself, writing its traceback."""
+        """SIGKILL each named rank still running on this machine, but not one ending by its own error."""
         if fault.status == ERROR:
             return
         for named in fault.named:
@@ -356,21 +342,19 @@ class RankWatch(pl.Callback):
                 os.kill(beat.beat.pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            in_log(logging.WARNING, f"rank {named.rank} (pid {beat.beat.pid}) ended with SIGKILL")
+            log_to_file_only(logging.WARNING, f"rank {named.rank} (pid {beat.beat.pid}) ended with SIGKILL")
             if named.rank in self.children:  # this process started it: its exit is ours to collect
                 self.children[named.rank].wait(timeout=5)
 
     # --- the main thread, once a collective failed ----------------------------------------------------------
 
     def explain(self, err: BaseException) -> Fault | None:
-        """The fault behind `err`, an error the main thread met (a collective that lost its peer), found within
-        silent_s and two beats; None: no rank is gone, silent or stalled, the error is this rank's own. The main thread then ends the run
-        itself (the watchdog's thread leaves it to)."""
+        """The fault behind `err`, an error the main thread met; None: the error is this rank's own."""
         if self.world == 1:
             return None
         deadline = time.monotonic() + self.silent_s + 2 * self.beat_s
         while True:
-            fault = self.look(failed=True)
+            fault = self.fault_now(failed=True)
             if fault is not None or time.monotonic() > deadline:
                 break
             time.sleep(self.beat_s / 4)
@@ -380,7 +364,6 @@ class RankWatch(pl.Callback):
         return fault
 
     def writes(self, fault: Fault) -> bool:
-        """Whether this rank writes the fault's verdict: the writer, unless the fault is rank 0's own error (rank 0
-        wrote its verdict, with its traceback, before it exited)."""
+        """Whether this rank writes the fault's verdict: the writer, unless rank 0 wrote its own error's."""
         own_error = fault.status == ERROR and any(n.rank == 0 for n in fault.named)
         return fault.writer == self.rank and not own_error
