@@ -10,6 +10,11 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
+# the tests run across every core (pytest-xdist; XDIST=0 runs them in one process), a file's tests in one worker so
+# its module fixtures run once; each process on one thread: torch's own threads on top of two workers and the
+# train.py runs they start made the quick tier half again as slow on 2 cores
+XDIST  ?= auto
+TESTS  := OMP_NUM_THREADS=1 $(PYTEST) -n $(XDIST) --dist loadfile
 
 .DEFAULT_GOAL := help
 .PHONY: help install train overfit ladder doctor sweep vanishing test test-slow test-all browser screenshots bench bench-long lint format rename clean
@@ -44,16 +49,17 @@ sweep: $(STAMP)  ## a length sweep: data.length=10,50,200
 vanishing: $(STAMP)  ## the vanishing-gradients preset: 3 models x 3 lengths, summary + plots
 	$(PY) train.py -m experiment=vanishing_gradients $(ARGS)
 
-test: $(STAMP)  ## the test suite (under 3 minutes on 2 cores; tests marked slow are left to test-slow)
-	$(PYTEST) -m "not slow" $(ARGS)
+test: $(STAMP)  ## the test suite (under 2 minutes on 2 cores; tests marked slow are left to test-slow)
+	$(TESTS) -m "not slow" $(ARGS)
 
 test-slow: $(STAMP) browser  ## only the tests marked slow (CI runs them after `make test`)
-	$(PYTEST) -m slow $(ARGS)
+	$(TESTS) -m slow $(ARGS)
 
 test-all: $(STAMP) browser  ## every test
-	$(PYTEST) $(ARGS)
+	$(TESTS) $(ARGS)
 
-# the slow tests open report pages in a real headless Chromium (tests/browser.py); HARNESS_CHROMIUM picks one
+# the slow tests open report pages in a real headless Chromium (tests/helpers/browser.py, through Playwright, which
+# downloads nothing); HARNESS_CHROMIUM picks one
 browser:  ## Chromium for the browser tests, where none is found (apt-get as root; else says how)
 	@if command -v "$${HARNESS_CHROMIUM:-chromium}" >/dev/null || command -v chromium-browser >/dev/null \
 		|| command -v google-chrome >/dev/null; then \
@@ -65,7 +71,7 @@ browser:  ## Chromium for the browser tests, where none is found (apt-get as roo
 	fi
 
 screenshots: $(STAMP) browser  ## the pictures of report pages in docs/img/, taken by the browser tests
-	HARNESS_SCREENSHOTS=outputs/screenshots $(PYTEST) -q tests/test_report_browser.py -k "passing or sweep"
+	HARNESS_SCREENSHOTS=outputs/screenshots $(PYTEST) -q tests/report/test_report_browser.py -k "passing or sweep"
 	cp outputs/screenshots/run_pass_view.png outputs/screenshots/run_pass_curves_view.png \
 		outputs/screenshots/sweep_view.png docs/img/
 

@@ -4,7 +4,7 @@
     python train.py -m data.length=10,50,200    # a sweep; each job writes its verdict.json
     python train.py model=rnn                   # the simple substitute, one override away
 
-Every option lives in conf/ (start with conf/train.yaml); the pipeline is harness.tasks.training.run.
+Every option lives in conf/ (start with conf/train.yaml); the entry is harness.cli.main.
 """
 
 from pathlib import Path

@@ -20,6 +20,8 @@ with contextlib.suppress(ModuleNotFoundError):  # a fork that removed examples/ 
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+#: the tests' own config folder: `hydra.searchpath=[file://{TESTS_CONF}] data=fork` plugs in a fork's datamodule
+TESTS_CONF = Path(__file__).resolve().parent / "conf"
 #: data options that keep no files under data.root: the tests give those no data.root
 OWN_ROOT = ("data=folder", "data=fork")
 

@@ -1,0 +1,1 @@
+"""The config (conf/, harness.config): every option composes and validates; the Lightning + Hydra composition."""

@@ -1,0 +1,1 @@
+"""Sweeps: the presets, the launchers end to end, the summary of a sweep, Optuna's search."""

@@ -1,0 +1,1 @@
+"""The tasks (harness.tasks): the doctor's diagnosis, and mode=eval."""

@@ -1,0 +1,2 @@
+"""Training (harness.train): overfit mode, the optimizer and schedule, the loggers and trackers, faults and
+resume."""
