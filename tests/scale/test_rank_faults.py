@@ -123,6 +123,10 @@ def test_a_rank_that_dies_or_stops_is_named_and_the_run_resumes(
         {"RANK_LOST": 6, "RANK_STALLED": 7}[status] if survivor == 0 else -signal.SIGKILL
     )
     beats = ranks_of(run_dir)
+    # its pipes closed, a process may still be exiting (not yet a zombie) on a loaded machine: a moment's grace
+    deadline = time.time() + 5
+    while any(alive(b) for b in beats) and time.time() < deadline:
+        time.sleep(0.1)
     assert [b.rank for b in beats] == [0, 1] and not any(alive(b) for b in beats), beats
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert_named(verdict, rank, status, run_dir)
