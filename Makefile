@@ -13,7 +13,7 @@ PYTEST := $(PY) -m pytest
 # the tests run across every core (pytest-xdist; XDIST=0 runs them in one process), a file's tests in one worker so
 # its module fixtures run once; each process on one thread: torch's own threads on top of two workers and the
 # train.py runs they start made the quick tier half again as slow on 2 cores
-XDIST  ?= auto
+XDIST  ?= logical
 TESTS  := OMP_NUM_THREADS=1 $(PYTEST) -n $(XDIST) --dist loadfile
 
 .DEFAULT_GOAL := help

@@ -39,6 +39,8 @@ TARGET = 1.05
 SCALE_TARGET = 1.01  # the per-step checks of scaled training: at most 1% of a step
 PROCESSES = 2
 MODEL = "small"  # benchmarks.probes.MODELS: model=gpt model.size=small, 8 x 128 tokens a step
+#: the watchdog's parts the scale checks clock: its per-step counters and its thread's beats (RankWatch methods)
+WATCHDOG_PARTS = ("publish", "fault_now", "on_train_batch_end")
 SCALE_INNER = 20  # steps of each variant per repetition of the scale checks (a multiple of their period, 10)
 
 
@@ -127,7 +129,7 @@ def scale_checks(reps: int, name: str, strategy) -> dict:
     watch = RankWatch(
         OUT / "probes_runs" / f"scale_{name}", stall_s=300, beat_s=1, silent_s=10, on_fault=lambda _: 1
     )
-    for part in ("publish", "look", "on_train_batch_end"):
+    for part in WATCHDOG_PARTS:
         setattr(watch, part, clocked(getattr(watch, part), clocks["watchdog"]))
     agreement = [*timed_hooks([ProbeSet([RankAgreement(every=10)])], clocks["rank_agreement"]), watch]
 

@@ -83,7 +83,7 @@ class SignalGate:
         self._previous = {}
 
 
-def leave_at_once() -> None:
+def _leave_at_once() -> None:
     """From now on (the process is exiting) a signal ends the process at once with 128 + its number."""
 
     def leave(signum, frame) -> None:
@@ -122,7 +122,7 @@ def guarded():
         print(f"interrupted by {signal.Signals(gate.received).name}", file=sys.stderr)
         sys.exit(128 + gate.received)
     finally:
-        leave_at_once()
+        _leave_at_once()
 
 
 def run_guarded(work) -> None:

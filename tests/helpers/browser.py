@@ -135,6 +135,7 @@ class Browser:
         self.timeout = timeout
         self.process: subprocess.Popen | None = None
         self.visit: Visit | None = None
+        self.tmp: Path | None = None  # the profile's folder, made as the browser starts
         self._driver = self._connection = self.page = None
 
     def __enter__(self) -> Browser:
@@ -204,7 +205,8 @@ class Browser:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.process.wait(5)
             self.process = None
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def open(self, path: Path) -> Visit:
         """Load a file in the page and return what the browser reported until shortly after its load event."""

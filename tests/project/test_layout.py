@@ -139,44 +139,6 @@ def test_the_folder_rule_sees_a_crowded_folder(tmp_path):
     assert crowded_folders(tmp_path) == [f"{tmp_path / 'crowded'}: {FOLDER_MODULES + 1} modules"]
 
 
-#: docstrings define, comments explain: the anchors (torchtitan 4.1k, nanochat 6.1k, lightning-hydra-template 8.5k
-#: characters of docstring per 1,000 lines; module docstrings of about 300 characters)
-DOCSTRING_DENSITY, MODULE_DOCSTRING = 8_000, 320
-
-
-def docstring_figures(root: Path) -> tuple[float, float]:
-    """(docstring characters per 1,000 lines, the median module docstring's characters) of the modules under `root`."""
-    import statistics
-
-    chars, lines, modules = 0, 0, []
-    for path in root.rglob("*.py"):
-        text = path.read_text()
-        tree = ast.parse(text)
-        lines += len(text.splitlines())
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                chars += len(ast.get_docstring(node) or "")
-        if path.name != "__init__.py":  # a package's docstring maps its folder: a table, not prose
-            modules.append(len(ast.get_docstring(tree) or ""))
-    return chars / lines * 1000, statistics.median(modules)
-
-
-def test_docstrings_define_and_comments_explain():
-    density, median = docstring_figures(PACKAGE)
-    assert density <= DOCSTRING_DENSITY and median <= MODULE_DOCSTRING, (
-        f"{density:.0f} docstring characters per 1,000 lines (at most {DOCSTRING_DENSITY}), module docstrings "
-        f"{median:.0f} characters at the median (at most {MODULE_DOCSTRING}): the reasoning goes in a comment on the "
-        "line it explains"
-    )
-
-
-def test_the_docstring_figures_see_a_page_long_docstring(tmp_path):
-    """Planted: a ten-line module whose docstring runs 2,000 characters."""
-    (tmp_path / "long.py").write_text('"""' + "why " * 500 + '"""\n' + "x = 1\n" * 9)
-    density, median = docstring_figures(tmp_path)
-    assert median == 2000 and density > DOCSTRING_DENSITY, (density, median)
-
-
 #: the layers of the package, lowest first (harness/__init__.py writes them down, docs/layout.md draws them): a
 #: module imports only from its own layer or those below it, inside functions too
 LAYERS = (
@@ -354,6 +316,23 @@ def test_the_names_of_earlier_layouts_point_at_modules_that_exist():
         except ModuleNotFoundError:  # a name inside a module: its module imports and holds it
             module, _, attribute = name.rpartition(".")
             assert hasattr(importlib.import_module(module), attribute), name
+
+
+def test_the_previous_layouts_module_names_still_import_as_the_current_modules():
+    """A fork written against the previous layout: `import harness.train.whole`, a `_target_` of an earlier name."""
+    import importlib
+
+    from hydra.utils import get_class
+
+    from harness import EARLIER_NAMES
+
+    documented = (ROOT / "docs" / "layout.md").read_text().split("## Names of earlier layouts")[1]
+    for earlier, current in EARLIER_NAMES.items():
+        assert f"`{current}`" in documented, f"docs/layout.md does not name {current} (once {earlier})"
+        with pytest.warns(DeprecationWarning, match=f"{earlier} is now {current}"):
+            module = importlib.import_module(earlier)
+        assert module is importlib.import_module(current), earlier
+    assert get_class("harness.train.sharding.FSDP").__module__ == "harness.train.distributed.sharding"
 
 
 def test_preparing_a_corpus_imports_neither_torch_nor_lightning(tmp_path):

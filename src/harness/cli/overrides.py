@@ -195,13 +195,13 @@ def _check_earlier_runs(cfg, directory: Path, multirun: bool) -> None:
 
         (_check_sweep_dir if multirun else check_run_dir)(cfg, directory)
         overwrite = cfg.get("overwrite", False) is True and global_rank() == 0
-        if overwrite and overwrites_earlier_run(cfg, directory, multirun):
+        if overwrite and _overwrites_earlier_run(cfg, directory, multirun):
             _empty_out("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)
     except ConfigError as err:
         die(str(err), err)
 
 
-def overwrites_earlier_run(cfg, directory: Path, multirun: bool) -> bool:
+def _overwrites_earlier_run(cfg, directory: Path, multirun: bool) -> bool:
     """Whether `directory` holds an earlier run to replace: a verdict (not one this run resumes from), or in a sweep
     dir any job dir's."""
     if not Path(directory).is_dir():

@@ -41,14 +41,14 @@ def _refuse_argument(node: DictConfig, key: str, target, names) -> None:
         ) from None
 
 
-def as_command_line(value) -> str:
+def _as_command_line(value) -> str:
     """A config value as written on the command line (true, null, 3e-3)."""
     if isinstance(value, bool):
         return str(value).lower()
     return "null" if value is None else str(value)
 
 
-def one_line_message(err: BaseException) -> str:
+def _one_line_message(err: BaseException) -> str:
     """`err`'s first line, at most QUOTED characters, else its type's name."""
     first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
     return first if len(first) <= QUOTED else first[: QUOTED - 3] + "..."
@@ -96,17 +96,17 @@ def refused(
         name = next((str(k) for k in node if not str(k).startswith("_") and str(k).lower() in words), None)
     if name is None:
         return ConfigError(
-            key, what, f"{what} refuses this config ({one_line_message(err)}); check the values under {key}"
+            key, what, f"{what} refuses this config ({_one_line_message(err)}); check the values under {key}"
         )
     fix = (
-        f"the config file has {key}.{name}={as_command_line(base.get(name))}"
+        f"the config file has {key}.{name}={_as_command_line(base.get(name))}"
         if base is not None and name in base
         else "check its value, or remove it"
     )
     return ConfigError(
         f"{key}.{name}",
-        as_command_line(node.get(name)),
-        f"{what} refuses it ({one_line_message(err)}); {fix}",
+        _as_command_line(node.get(name)),
+        f"{what} refuses it ({_one_line_message(err)}); {fix}",
     )
 
 

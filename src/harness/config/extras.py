@@ -25,7 +25,7 @@ TRACKERS = {"wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow"}
 PLUGINS = {"submitit": "slurm", "joblib": "parallel", "optuna": "search"}
 
 
-def missing_module(extra: str) -> str | None:
+def _missing_module(extra: str) -> str | None:
     """The first module of `extra` that cannot be imported here, or None."""
     for module in EXTRAS[extra]:
         try:
@@ -36,9 +36,9 @@ def missing_module(extra: str) -> str | None:
     return None
 
 
-def missing_extra_error(key: str, value, extra: str) -> ConfigError | None:
+def _missing_extra_error(key: str, value, extra: str) -> ConfigError | None:
     """The ConfigError for an option whose extra is not installed, or None where it is."""
-    module = missing_module(extra)
+    module = _missing_module(extra)
     if module is None:
         return None
     return ConfigError(
@@ -57,7 +57,7 @@ def check_extras(cfg) -> None:
         (f"logger.{name}", "on", TRACKERS[name]) for name in (cfg.get("logger") or {}) if name in TRACKERS
     ]
     for key, value, extra in found:
-        error = missing_extra_error(key, value, extra)
+        error = _missing_extra_error(key, value, extra)
         if error is not None:
             raise error
 
@@ -68,7 +68,7 @@ def check_plugins(hydra_cfg) -> None:
         target = str((hydra_cfg.get(group) or {}).get("_target_", ""))
         for name, extra in PLUGINS.items():
             error = (
-                missing_extra_error(f"hydra/{group}", target.rsplit(".", 1)[-1], extra)
+                _missing_extra_error(f"hydra/{group}", target.rsplit(".", 1)[-1], extra)
                 if name in target.lower()
                 else None
             )
@@ -85,5 +85,5 @@ def missing_plugin_line(missing_file: str | None) -> str | None:
     extra = next((e for plugin, e in PLUGINS.items() if plugin in name), None)
     if extra is None:
         return None
-    error = missing_extra_error(missing_file.rsplit("/", 1)[0], name, extra)
+    error = _missing_extra_error(missing_file.rsplit("/", 1)[0], name, extra)
     return None if error is None else str(error)

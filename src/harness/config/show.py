@@ -23,16 +23,16 @@ WIDTH = 110
 
 def show_config(cfg: DictConfig, run_dir: Path, console: bool = True) -> Path:
     """Write `run_dir/config_tree.log` (every key) and, when `console`, log the short tree. Returns the file."""
-    plain = resolved_config(cfg)
+    plain = _resolved_config(cfg)
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     path = Path(run_dir) / "config_tree.log"
-    path.write_text(plain_text(_full_tree(plain, choices)))
+    path.write_text(_plain_text(_full_tree(plain, choices)))
     if console:
-        log.info("config (every key: %s)\n%s", path, plain_text(_short_tree(plain, choices)).rstrip())
+        log.info("config (every key: %s)\n%s", path, _plain_text(_short_tree(plain, choices)).rstrip())
     return path
 
 
-def resolved_config(cfg: DictConfig) -> dict:
+def _resolved_config(cfg: DictConfig) -> dict:
     """The config as plain containers, interpolations resolved, Hydra's own node left out."""
     return {
         key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
@@ -41,7 +41,7 @@ def resolved_config(cfg: DictConfig) -> dict:
     }
 
 
-def group_label(key: str, choices: dict) -> str:
+def _group_label(key: str, choices: dict) -> str:
     """`key`, with the group option it came from when it is a group: `model: transformer`."""
     choice = choices.get(key)
     return f"{key}: {choice}" if isinstance(choice, str) else key
@@ -54,7 +54,7 @@ def _full_tree(plain: dict, choices: dict) -> Tree:
     def grow(branch: Tree, node: dict) -> None:
         for key, value in node.items():
             if isinstance(value, dict) and value:
-                grow(branch.add(group_label(key, choices) if branch is tree else str(key)), value)
+                grow(branch.add(_group_label(key, choices) if branch is tree else str(key)), value)
             else:
                 branch.add(f"{key}: {value}")
 
@@ -75,11 +75,11 @@ def _short_tree(plain: dict, choices: dict) -> Tree:
             for k, v in value.items()
             if k not in ("_target_", "_recursive_", "_partial_")
         )
-        tree.add(Text(f"{group_label(key, choices)}  {inner}", no_wrap=True, overflow="ellipsis"))
+        tree.add(Text(f"{_group_label(key, choices)}  {inner}", no_wrap=True, overflow="ellipsis"))
     return tree
 
 
-def plain_text(tree: Tree) -> str:
+def _plain_text(tree: Tree) -> str:
     """`tree` as text without colour codes."""
     out = io.StringIO()
     Console(file=out, width=WIDTH, color_system=None, force_terminal=False, soft_wrap=False).print(tree)

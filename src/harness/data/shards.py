@@ -50,7 +50,7 @@ class Piece:
         return self.path.endswith(".gz")
 
 
-def cut_after(data: bytes, lines: bool) -> int:
+def _cut_after(data: bytes, lines: bool) -> int:
     """The last place in `data` where a piece may end (0 if none): after a newline followed by a non-space
     byte, or any newline for records (`lines`)."""
     # GPT-2's pre-tokenizer splits there anyway: the tokens do not depend on where the pieces fall
@@ -63,7 +63,7 @@ def cut_after(data: bytes, lines: bool) -> int:
 
 
 def _first_cut(data: bytes, lines: bool) -> int | None:
-    """The first place in `data` where a piece may begin, as `cut_after` places it; None if none."""
+    """The first place in `data` where a piece may begin, as `_cut_after` places it; None if none."""
     i = -1
     while (i := data.find(b"\n", i + 1, len(data) - 1)) >= 0:
         if lines or data[i + 1] not in WHITESPACE:
@@ -126,7 +126,7 @@ def _texts(piece: Piece, text_field: str):
             if not block:  # the end of the piece
                 yield _decode(data, piece, offset), piece.last
                 return
-            cut = cut_after(data, lines=False)
+            cut = _cut_after(data, lines=False)
             if cut == 0 and len(data) < 16 * BLOCK:
                 carry = data  # nowhere to cut yet: read on
                 continue

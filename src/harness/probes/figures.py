@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.report.plots import log_lines_with_zeros
 
 
-def agg_figure(width: float = 6.0, height: float = 4.0):
+def _agg_figure(width: float = 6.0, height: float = 4.0):
     """A matplotlib Figure on an Agg canvas, with fixed margins (a layout engine costs more than the drawing)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -35,7 +35,7 @@ def save_figure(fig, path: Path) -> Path:
 
 def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
     """p(correct) per example over steps (one line each), and the mean entropy and top-1 mass beside it."""
-    fig = agg_figure(10, 4)
+    fig = _agg_figure(10, 4)
     left, right = fig.subplots(1, 2)
     steps = [h[0] for h in history]
     for i in range(len(history[0][1])):
@@ -54,7 +54,7 @@ def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
 
 def embedding_figure(coords: list[list[float]], labels: list[str], step: int, explained: list[float]):
     """The token embeddings projected on their first two principal components; tokens labelled when few."""
-    fig = agg_figure(5, 5)
+    fig = _agg_figure(5, 5)
     fig.subplots_adjust(left=0.17)
     ax = fig.subplots()
     xs, ys = [c[0] for c in coords], [c[1] for c in coords]
@@ -72,7 +72,7 @@ def embedding_figure(coords: list[list[float]], labels: list[str], step: int, ex
 
 def grad_by_position_figure(series: dict[str, list[float]]):
     """‖∂L/∂e_t‖ against position t, log scale, a line per series; an underflow to 0 marked on the floor."""
-    fig = agg_figure(7, 4)
+    fig = _agg_figure(7, 4)
     ax = fig.subplots()
     log_lines_with_zeros(ax, series)
     ax.set(xlabel="position t", ylabel="‖∂L/∂e_t‖ (log)", title="gradient of the loss by input position")

@@ -114,13 +114,13 @@ class Frame:
         return top + (1 - (y - self.y_lo) / (self.y_hi - self.y_lo)) * h
 
 
-def is_finite_number(y) -> bool:
+def _is_finite_number(y) -> bool:
     return isinstance(y, (int, float)) and math.isfinite(y)
 
 
 def _on_axis(y, log: bool) -> bool:
     """Whether `y` can be drawn on the axis: a finite number, above 0 on a log axis."""
-    return is_finite_number(y) and (y > 0 or not log)
+    return _is_finite_number(y) and (y > 0 or not log)
 
 
 def _framed(chart: Chart, xs: list[float], ys: list[float]) -> Frame:
@@ -162,7 +162,7 @@ def curve(f: Frame, s: Series, color: str) -> str:
     return line
 
 
-def level_line(f: Frame, level: Level) -> str:
+def _level_line(f: Frame, level: Level) -> str:
     left, _, w, _ = f.box
     y = f.py(level.y)
     return (
@@ -195,11 +195,11 @@ def _floor_markers(f: Frame, points: list[tuple[float, float]], color: str) -> s
 def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), levels: list[Level] = ()) -> str:
     """An inline SVG of `series` with `marks` and `levels`. On a log axis a value <= 0 is a ▼ on the floor; where
     nothing is above 0 the axis is linear."""
-    if chart.log_y and not any(is_finite_number(y) and y > 0 for s in series for _, y in s.points):
+    if chart.log_y and not any(_is_finite_number(y) and y > 0 for s in series for _, y in s.points):
         chart = replace(chart, log_y=False)
     shown = [(s, sorted((x, y) for x, y in s.points if _on_axis(y, chart.log_y))) for s in series]
     floors = [
-        sorted((x, y) for x, y in s.points if chart.log_y and is_finite_number(y) and y <= 0) for s in series
+        sorted((x, y) for x, y in s.points if chart.log_y and _is_finite_number(y) and y <= 0) for s in series
     ]
     kept = [i for i, (_, points) in enumerate(shown) if points or floors[i]]
     if not kept:
@@ -213,7 +213,7 @@ def line_chart(chart: Chart, series: list[Series], marks: list[Mark] = (), level
         s, points = shown[i]
         parts += [curve(f, Series(s.name, thinned(points), s.dashed), colors[i])] if points else []
         parts += [_floor_markers(f, floors[i], colors[i])] if floors[i] else []
-    parts += [level_line(f, level) for level in levels] + [_mark_line(f, mark) for mark in marks]
+    parts += [_level_line(f, level) for level in levels] + [_mark_line(f, mark) for mark in marks]
     legend = " ".join(
         f'<span style="color:{colors[i]}">{"┅" if shown[i][0].dashed else "━"} {escape(shown[i][0].name)}'
         + (f" ({len(floors[i])} at 0 or below: ▼)" if floors[i] else "")
@@ -233,7 +233,7 @@ STOPS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 3
 NO_VALUE = (234, 238, 242)
 
 
-def viridis(t: float) -> tuple[int, int, int]:
+def _viridis(t: float) -> tuple[int, int, int]:
     """The heat maps' color of `t` in [0, 1]."""
     t = min(max(t, 0.0), 1.0) * (len(STOPS) - 1)
     i = min(int(t), len(STOPS) - 2)
@@ -277,7 +277,7 @@ def heat_map(title: str, names: list[str], steps: list[int], rows: list[list[flo
         return missing(f"{title}: every value zero or not recorded")
     lo, hi = min(shown), max(shown)
     scale = (hi - lo) or 1.0
-    pixels = [[NO_VALUE if v is None else viridis((v - lo) / scale) for v in row] for row in cells]
+    pixels = [[NO_VALUE if v is None else _viridis((v - lo) / scale) for v in row] for row in cells]
     names_html = "".join(f'<li title="{escape(n)}">{escape(n)}</li>' for n in names)
     legend = (
         f"steps {steps[0]} to {steps[-1]} left to right; color: log10 of the value from {lo:.2f} "

@@ -100,7 +100,7 @@ def number(value, digits: int = 4) -> str:
     return str(value)
 
 
-def sort_key(value: int | float) -> str:
+def _sort_key(value: int | float) -> str:
     """A number as the tables' script sorts it: parseFloat reads Infinity; NaN sorts with the empty cells, last."""
     if isinstance(value, int) or math.isfinite(value):
         return repr(value)
@@ -121,7 +121,7 @@ def table(columns: list[str], rows: list[list], ident: str = "", row_status: lis
                 key = f' data-sort="{escape(str(value[2]))}"' if len(value) > 2 else ""
                 cells.append(f"<td{key}>{value[1]}</td>")
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                cells.append(f'<td class="num" data-sort="{sort_key(value)}">{number(value)}</td>')
+                cells.append(f'<td class="num" data-sort="{_sort_key(value)}">{number(value)}</td>')
             else:
                 cells.append(f'<td class="detail">{escape(number(value))}</td>')
         status = f' data-status="{escape(row_status[i])}"' if row_status else ""

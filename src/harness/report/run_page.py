@@ -41,7 +41,7 @@ P_CORRECT = {"logit/p_correct": "p(correct), training batch", "val/p_correct": "
 FEW = 8
 
 
-def natural_key(name: str) -> list:
+def _natural_key(name: str) -> list:
     """blocks.2 before blocks.10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
@@ -51,16 +51,16 @@ def _per_parameter(name: str) -> bool:
     return kind in ("grad_norm", "update_ratio") and param not in ("total", "missing", "dead")
 
 
-def drawn_column(name: str) -> bool:
+def _drawn_column(name: str) -> bool:
     return name in LOSSES or name in P_CORRECT or _per_parameter(name)
 
 
-def as_list(value) -> list:
+def _as_list(value) -> list:
     """A verdict field that should be a list, as one whatever a fork's code wrote there."""
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def signal_name(number) -> str:
+def _signal_name(number) -> str:
     try:
         return signal.Signals(number).name
     except (TypeError, ValueError):
@@ -106,7 +106,7 @@ def sentence(v: dict, goal: float | None) -> str:
             "stopped before that step's update."
         )
     if status == "INTERRUPTED":
-        return f"{model} {on} was stopped by {signal_name(v.get('signal'))} after {steps} steps."
+        return f"{model} {on} was stopped by {_signal_name(v.get('signal'))} after {steps} steps."
     if status in ("RANK_LOST", "RANK_STALLED"):
         return f"{model} {on} stopped after {steps} steps: {v.get('error') or 'a rank was lost'}."
     if status == "SYMPTOM":
@@ -168,7 +168,7 @@ def _verdict_part(v: dict | None, why: str, run_dir: Path, goal, overrides: list
         f"Run dir: <code>{escape(str(run_dir))}</code></p>"
         + (f'<p class="next">Next: {escape(then)}</p>' if then else "")
         + "".join(
-            f"<p>{escape(str(line))}</p>" for line in as_list(v.get("evidence"))
+            f"<p>{escape(str(line))}</p>" for line in _as_list(v.get("evidence"))
         )  # the doctor's reasons
     )
 
@@ -203,7 +203,7 @@ def _symptoms_part(v: dict | None) -> str:
 
 
 def _per_layer(kind: str, title: str, curves: dict, y_label: str) -> str:
-    names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=natural_key)
+    names = sorted((n.partition("/")[2] for n in curves if n.startswith(kind + "/")), key=_natural_key)
     if not names:
         return missing(f"{title}: not recorded")
     series = {name: dict(curves[f"{kind}/{name}"]) for name in names}
@@ -336,7 +336,7 @@ def _config_part(cfg, why: str, overrides: list[str], defaults: dict[str, str] |
     return f"{given}{changed}<details><summary>the whole config ({len(values)} keys)</summary>{every_key}</details>"
 
 
-def part_or_note(what: str, part, *args) -> str:
+def _part_or_note(what: str, part, *args) -> str:
     """`part(*args)`, or a note where it raised: a value no reader expected costs that part only."""
     try:
         return part(*args)
@@ -356,21 +356,23 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
     overrides = [str(o) for o in given or []]
     target, floor = select(cfg, "mode.target_loss"), (v or {}).get("floor")
     goal = floor + target if isinstance(floor, (int, float)) and isinstance(target, (int, float)) else None
-    metrics = read_metrics(run_dir / "metrics.csv", drawn_column, sampled=_per_parameter)
+    metrics = read_metrics(run_dir / "metrics.csv", _drawn_column, sampled=_per_parameter)
     known = None
     if defaults and cfg is not None:  # no override: the config is the defaults, no composing needed
         known = defaults_for(hydra) if overrides else flat(cfg)
     sections = [
-        part_or_note("the verdict", _verdict_part, v, why, run_dir, goal, overrides),
-        section("preflight", "Preflight", part_or_note("the preflight", _preflight_part, v)),
-        section("symptoms", "Symptoms", part_or_note("the symptoms", _symptoms_part, v)),
-        section("curves", "Curves", part_or_note("the curves", _curves_part, v, metrics, goal, run_dir)),
+        _part_or_note("the verdict", _verdict_part, v, why, run_dir, goal, overrides),
+        section("preflight", "Preflight", _part_or_note("the preflight", _preflight_part, v)),
+        section("symptoms", "Symptoms", _part_or_note("the symptoms", _symptoms_part, v)),
+        section("curves", "Curves", _part_or_note("the curves", _curves_part, v, metrics, goal, run_dir)),
         section(
             "datapoints",
             "Datapoints",
-            part_or_note("the datapoints", _datapoints_part, run_dir / "datapoints.jsonl"),
+            _part_or_note("the datapoints", _datapoints_part, run_dir / "datapoints.jsonl"),
         ),
-        section("config", "Config", part_or_note("the config", _config_part, cfg, bad_cfg, overrides, known)),
+        section(
+            "config", "Config", _part_or_note("the config", _config_part, cfg, bad_cfg, overrides, known)
+        ),
     ]
     status = (v or {}).get("status")
     return write_atomic(run_dir / PAGE, page(f"{status or 'MISSING'}: {run_dir.name}", status, sections))

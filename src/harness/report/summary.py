@@ -169,7 +169,7 @@ def write_csv(jobs: list[Job], path: Path) -> Path:
     return path
 
 
-def shown_columns(jobs: list[Job]) -> tuple[list[str], list[str]]:
+def _shown_columns(jobs: list[Job]) -> tuple[list[str], list[str]]:
     """The columns a table shows (the CSV's, less empty extra ones and those every job shares), and the shared
     values as key=value."""
     shared, columns = [], list(COLUMNS)
@@ -199,7 +199,7 @@ def headline(jobs: list[Job], shared: list[str]) -> str:
 
 def markdown(jobs: list[Job], title: str) -> str:
     """summary.md's text: the status line, the table and the plots."""
-    columns, shared = shown_columns(jobs)
+    columns, shared = _shown_columns(jobs)
     lines = [
         f"# Sweep summary: {title}",
         "",
@@ -231,7 +231,7 @@ def write_summary(sweep_dir: Path, jobs: list[Job] | None = None, plots: bool = 
         written["loss"] = draw.loss_curves(jobs, sweep_dir / "loss.png")
     from harness.report.sweep_page import write_sweep_page
 
-    columns, shared = shown_columns(jobs)
+    columns, shared = _shown_columns(jobs)
     written["html"] = write_sweep_page(sweep_dir, jobs, columns, f"{headline(jobs, shared)} {REACH}", PLOTS)
     return written
 
@@ -265,7 +265,7 @@ class SweepSummary(Callback):
         if signum is not None:
             log.warning("sweep stopped by a signal: the summary covers the jobs that finished")
             raise Interrupted(signum)
-        exit_if_nothing_returned(config, sweep_dir)
+        _exit_if_nothing_returned(config, sweep_dir)
 
     def summarize(self, sweep_dir: Path) -> None:
         jobs = collect(sweep_dir)
@@ -279,7 +279,7 @@ class SweepSummary(Callback):
         )
 
 
-def exit_if_nothing_returned(config: DictConfig, sweep_dir: Path) -> None:
+def _exit_if_nothing_returned(config: DictConfig, sweep_dir: Path) -> None:
     """End a search none of whose jobs returned a number for optimized_metric in one line: exit 2 when every job
     ran (the name is at fault), 1 when they failed."""
     from harness.report.optimized_metric import metric_value, searches

@@ -127,7 +127,7 @@ KINDS = {
 }
 
 
-def verdict_shape(values) -> str | None:
+def _verdict_shape(values) -> str | None:
     """What is wrong with a parsed verdict.json's shape (not an object, a field of the wrong kind, a symptom
     without a name), or None."""
     if not isinstance(values, dict):
@@ -190,7 +190,7 @@ def verdict_in(run_dir: Path) -> tuple[dict | None, str]:
     """(`run_dir`/verdict.json, ""), (None, why) where it is damaged or not a verdict, (None, "") where there is
     none."""
     values, why = parsed(run_dir)
-    wrong = None if values is None else verdict_shape(values)
+    wrong = None if values is None else _verdict_shape(values)
     if wrong is not None:
         return None, f"{Path(run_dir) / 'verdict.json'}: not a verdict ({wrong})"
     return values, why

@@ -76,7 +76,7 @@ def _entry_point() -> str:
     return str(Path(main.path.removeprefix("file://")).parent / "train.py")
 
 
-def command_text(command: list[str]) -> str:
+def _command_text(command: list[str]) -> str:
     """`command` as one types it: `python train.py ...`, train.py relative to this folder where it lies below it."""
     script = Path(command[1])
     if script.is_relative_to(Path.cwd()):
@@ -97,15 +97,15 @@ def _run_rung(label: str, n: int, overrides: list[str], run_dir: Path, timeout: 
         rung.verdict = (
             verdict.as_dict()
             if verdict.status
-            else {"status": "ERROR", "error": no_verdict_reason(done, unread)}
+            else {"status": "ERROR", "error": _no_verdict_reason(done, unread)}
         )
     except subprocess.TimeoutExpired:
         rung.verdict = {"status": "ERROR", "error": f"no verdict within doctor.timeout={timeout:.0f} s"}
-    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, command_text(command))
+    log.info("%-12s n=%d  %-14s %s", label, n, rung.status, _command_text(command))
     return rung
 
 
-def no_verdict_reason(done: subprocess.CompletedProcess, unread: str | None) -> str:
+def _no_verdict_reason(done: subprocess.CompletedProcess, unread: str | None) -> str:
     """Why a run left no verdict: its exit code and the line of its output that says why."""
     lines = [line for line in done.stderr.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
     reason = next(
@@ -133,7 +133,7 @@ def doctor(cfg: DictConfig, run_dir: Path) -> dict:
         "diagnosis": diagnosis,
         "evidence": evidence,
         "runs": [
-            {"who": r.label, "n": r.n, "status": r.status, "command": command_text(r.command)} for r in rungs
+            {"who": r.label, "n": r.n, "status": r.status, "command": _command_text(r.command)} for r in rungs
         ],
     }
     (run_dir / "doctor.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -161,7 +161,7 @@ def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
     model = [r for r in rungs if r.label == "model"]
     other = {r.n: r for r in rungs if r.label == substitute}
     loops = next((r for r in rungs if r.label == "model_loops"), None)
-    evidence = [f"{r.label} n={r.n}: {r.status}{outcome_words(r)}" for r in rungs]
+    evidence = [f"{r.label} n={r.n}: {r.status}{_outcome_words(r)}" for r in rungs]
     failed = next((r for r in model if not r.passed), None)
     if failed is None:
         if not all(r.passed for r in other.values()):
@@ -190,7 +190,7 @@ def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
     return "capacity or optimization", evidence + causes
 
 
-def outcome_words(rung: Rung) -> str:
+def _outcome_words(rung: Rung) -> str:
     """A rung's verdict in a few words: its error, or its steps, final loss and symptoms."""
     v = rung.verdict
     if v.get("error"):

@@ -122,7 +122,7 @@ def continuations(model, data, tokenizer, cfg: DictConfig) -> list[dict]:
     return out
 
 
-def results_table(results: dict) -> str:
+def _results_table(results: dict) -> str:
     """`results` (split -> measure()) as a console table."""
     rows = [f"{'split':<6} {'loss':>8} {'ppl':>10} {'bits/tok':>9} {'bits/byte':>9} {'tokens':>9}"]
     for split, r in results.items():
@@ -168,7 +168,7 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
         report["unigram_entropy"] = data.unigram_entropy()
     if write:
         (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    print(results_table(results))
+    print(_results_table(results))
     if "unigram_entropy" in report:
         print(f"unigram entropy of the training tokens: {report['unigram_entropy']:.4f} nats/token")
     for sample in samples[:2]:

@@ -69,7 +69,7 @@ def job(cfg: DictConfig) -> dict | float | None:
         return None
     if not sweeping:
         # a DDP rank > 0 reports through rank 0 (unless rank 0 was lost and this rank wrote the verdict)
-        sys.exit(exit_code(verdict) if wrote_verdict(verdict) else 0)
+        sys.exit(exit_code(verdict) if _wrote_verdict(verdict) else 0)
     if verdict["status"] == "INTERRUPTED" and handled_here():  # one job stopped by a signal stops the sweep
         mark_stopped(sweep_dir, verdict["signal"])
     if cfg.get("optimized_metric"):  # what a search (hydra/sweeper=optuna) optimizes; None: a failed trial
@@ -114,10 +114,10 @@ def recorded(out: Path, sweeping: bool):
         log.exception("job failed: %s", err)  # the others go on; the summary marks this one
     finally:
         if paged:
-            _write_page(out, writer=wrote_verdict(record.verdict))
+            _write_page(out, writer=_wrote_verdict(record.verdict))
 
 
-def wrote_verdict(verdict: dict | None) -> bool:
+def _wrote_verdict(verdict: dict | None) -> bool:
     """Whether this process wrote the run's verdict: rank 0, or the rank that saw rank 0 lost."""
     from harness.ranks import global_rank
 

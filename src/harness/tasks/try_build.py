@@ -29,7 +29,7 @@ WHERE = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1}
 
 
 @contextlib.contextmanager
-def libraries_quiet():
+def _libraries_quiet():
     """Inside, Lightning's log lines and every warning are held back (the run says them)."""
     loggers = [logging.getLogger(name) for name in CHATTY]
     levels = [logger.level for logger in loggers]
@@ -44,12 +44,12 @@ def libraries_quiet():
             logger.setLevel(level)
 
 
-def is_own_rule(err: ConfigError, key: str) -> bool:
+def _is_own_rule(err: ConfigError, key: str) -> bool:
     """Whether `err` is a part's own rule naming a key below `key`, not a library's refusal that build() named."""
     return err.key != key and getattr(err, "library", None) is None
 
 
-def build_or_name_key(
+def _build_or_name_key(
     key: str, node: DictConfig, base: DictConfig | None, order: list[str], make: Callable, what=None
 ):
     """`make(node)`, or a ConfigError naming the key under `key` that a refusal comes from (a part's own rule's
@@ -57,7 +57,7 @@ def build_or_name_key(
     try:
         return make(node)
     except ConfigError as err:
-        if is_own_rule(err, key):
+        if _is_own_rule(err, key):
             raise
         cause = err
     except Exception as err:  # any library's refusal of a value: the default config builds
@@ -65,12 +65,12 @@ def build_or_name_key(
     raise refused(cause, key, node, base, order, attempt=make, what=what) from None
 
 
-def keys_under(key: str, given: list[str]) -> list[str]:
+def _keys_under(key: str, given: list[str]) -> list[str]:
     """The keys directly below `key` among `given` (the dotted keys the command line set), in order."""
     return [g[len(key) + 1 :].split(".")[0] for g in given if g.startswith(f"{key}.")]
 
 
-def try_optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
+def _try_optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[str]) -> None:
     """Build the optimizer on a throwaway layer's parameter groups, then the schedule, each stepped once."""
     import torch
 
@@ -85,7 +85,9 @@ def try_optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[st
         made.step()
         return made
 
-    stepped = build_or_name_key("optim", cfg.optim, base.get("optim"), keys_under("optim", given), optimizer)
+    stepped = _build_or_name_key(
+        "optim", cfg.optim, base.get("optim"), _keys_under("optim", given), optimizer
+    )
     if cfg.get("schedule") is None:
         return
 
@@ -96,10 +98,12 @@ def try_optimizer_and_schedule(cfg: DictConfig, base: DictConfig, given: list[st
         scheduler.step()
         return scheduler
 
-    build_or_name_key("schedule", cfg.schedule, base.get("schedule"), keys_under("schedule", given), schedule)
+    _build_or_name_key(
+        "schedule", cfg.schedule, base.get("schedule"), _keys_under("schedule", given), schedule
+    )
 
 
-def try_trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
+def _try_trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
     """Build the callbacks and the Trainer as the run does, then fit one step (one process only). `devices` False:
     the accelerator, devices and strategy are not this machine's to try."""
     from harness.train.distributed.devices import SHARDED, processes, strategy_name
@@ -113,23 +117,23 @@ def try_trainer(cfg: DictConfig, base: DictConfig, given: list[str], devices: bo
                 if name in cfg.trainer:
                     cfg.trainer[name] = value
     build_trainer(
-        cfg, Path.cwd(), callbacks, [], base=base.get("trainer"), order=keys_under("trainer", given)
+        cfg, Path.cwd(), callbacks, [], base=base.get("trainer"), order=_keys_under("trainer", given)
     )
     # fitted here: one process, unsharded (a sharded strategy shards the module it fits: the harness's, at the run);
     # Lightning refuses some values (accumulate_grad_batches=0) only when it fits
     single_process = processes(cfg.trainer) == 1 and cfg.trainer.get("num_nodes", 1) == 1
     if single_process and strategy_name(cfg.trainer) not in SHARDED:
-        build_or_name_key(
+        _build_or_name_key(
             "trainer",
             cfg.trainer,
             base.get("trainer"),
-            keys_under("trainer", given),
-            fit_one_step,
+            _keys_under("trainer", given),
+            _fit_one_step,
             what="Lightning",
         )
 
 
-def fit_one_step(node: DictConfig) -> None:
+def _fit_one_step(node: DictConfig) -> None:
     """Fit one step of a one-weight module through a Trainer of `node`'s arguments (less the harness's own), in a
     throwaway folder; the global torch switches a Trainer sets are put back."""
     import pytorch_lightning as pl
@@ -186,14 +190,14 @@ def _try_model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) 
         return loss_of(whole)
 
     if cfg.get("loss") is not None:
-        build_or_name_key("loss", cfg.loss, base.get("loss"), keys_under("loss", given), loss)
+        _build_or_name_key("loss", cfg.loss, base.get("loss"), _keys_under("loss", given), loss)
     if cfg.get("probes") is not None:
         overfit = cfg.mode.name == "overfit"
 
         def probes(node: DictConfig):
             return build(node, "probes", run_dir=None, data=None, overfit=overfit, loss=None)
 
-        build_or_name_key("probes", cfg.probes, base.get("probes"), keys_under("probes", given), probes)
+        _build_or_name_key("probes", cfg.probes, base.get("probes"), _keys_under("probes", given), probes)
 
     def model(node: DictConfig):
         with torch.device("meta"):
@@ -202,10 +206,10 @@ def _try_model_loss_probes(cfg: DictConfig, base: DictConfig, given: list[str]) 
     try:
         made = model(cfg.model)
     except Exception as err:
-        order = keys_under("model", given)
+        order = _keys_under("model", given)
         if key_at_fault(cfg.model, base.get("model"), order, model) is None:
             return
-        if isinstance(err, ConfigError) and is_own_rule(
+        if isinstance(err, ConfigError) and _is_own_rule(
             err, "model"
         ):  # the model's own rule, in its own words
             raise
@@ -240,7 +244,7 @@ def trial(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool = T
     threads = torch.get_num_threads()  # tiny throwaway tensors: a pool of threads started here spins on
     torch.set_num_threads(1)
     try:
-        with libraries_quiet():
+        with _libraries_quiet():
             _trial_parts(cfg, base, given, devices)
     finally:
         torch.set_num_threads(threads)
@@ -249,17 +253,17 @@ def trial(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool = T
 def _trial_parts(cfg: DictConfig, base: DictConfig, given: list[str], devices: bool) -> None:
     """trial()'s builds, in the order the run builds them."""
     if cfg.get("data") is not None and cfg.mode.name != "eval":  # eval reads the checkpoint's own data
-        build_or_name_key(
-            "data", cfg.data, base.get("data"), keys_under("data", given), lambda node: build(node, "data")
+        _build_or_name_key(
+            "data", cfg.data, base.get("data"), _keys_under("data", given), lambda node: build(node, "data")
         )
     if "max_steps" not in cfg.mode:  # mode=eval: no optimizer, no Trainer; its model is the checkpoint's
         return
     if cfg.get("optim") is not None:
-        try_optimizer_and_schedule(cfg, base, given)
+        _try_optimizer_and_schedule(cfg, base, given)
         if cfg.get("model") is not None:
             _try_model_loss_probes(cfg, base, given)
     if cfg.get("trainer") is not None:
-        try_trainer(cfg, base, given, devices)
+        _try_trainer(cfg, base, given, devices)
 
 
 def _joblib_pool(node: DictConfig) -> None:
@@ -303,5 +307,5 @@ def launcher_trial(launcher: DictConfig, base: DictConfig | None, given: list[st
         make = _submitit_executor
     else:
         return
-    with libraries_quiet():
-        build_or_name_key("hydra.launcher", launcher, base, keys_under("hydra.launcher", given), make)
+    with _libraries_quiet():
+        _build_or_name_key("hydra.launcher", launcher, base, _keys_under("hydra.launcher", given), make)

@@ -29,7 +29,7 @@ ALSO = {"trainer.devices": ("str", "list")}
 FLAGS = ("overwrite", "resume_any_mode")
 
 
-def whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
+def _whole_number(cfg: DictConfig, key: str, minimum: int, hint: str, root: str = "") -> int:
     """The value at dotted `key` of `cfg` (at `root` of the whole config) if a whole number >= `minimum`, else a
     ConfigError naming the full key, with `hint`."""
     value = cfg
@@ -71,7 +71,7 @@ def _check_files(cfg: DictConfig) -> None:
         )
 
 
-def missing_keys(cfg: DictConfig) -> list[str]:
+def _missing_keys(cfg: DictConfig) -> list[str]:
     """The `???` keys, sorted, found without resolving any value (`${hydra:...}` resolves only in a running job)."""
     found = []
 
@@ -152,12 +152,12 @@ def _check_across(cfg: DictConfig) -> None:
 def validate(cfg: DictConfig, devices: bool = True) -> None:
     """Raise ConfigError on the composed config's first bad value. `devices`: also check the trainer's devices
     against this machine."""
-    for key in missing_keys(cfg):
+    for key in _missing_keys(cfg):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
-    whole_number(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
-    whole_number(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
-    whole_number(
+    _whole_number(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
+    _whole_number(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
+    _whole_number(
         cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)"
     )
     if cfg.preflight not in (True, False, "warn"):

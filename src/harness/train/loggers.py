@@ -181,7 +181,7 @@ class MetricsWriter(ExperimentWriter):
         self.file = None
         if aside.is_file():
             if redo is not None:
-                drop_redone(aside, *redo)
+                _drop_redone(aside, *redo)
             os.replace(aside, path)
             with open(path, newline="") as f:
                 self.metrics_keys = next(csv.reader(f), [])
@@ -232,7 +232,7 @@ class MetricsWriter(ExperimentWriter):
             self.file = None
 
 
-def drop_redone(path: Path, step: int, owed: bool) -> None:
+def _drop_redone(path: Path, step: int, owed: bool) -> None:
     """Rewrite metrics.csv less what a run resumed at `step` logs again, and a row a kill cut short."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))

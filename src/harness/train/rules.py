@@ -134,7 +134,7 @@ def check_schedule(shape, warmup_steps, min_lr, peak: float) -> None:
         raise ConfigError("schedule.min_lr", min_lr, f"must lie between 0 and optim.lr={peak}, or null")
 
 
-#: logger.wandb.mode's choices (harness.loggers.wandb_logger sets WANDB_MODE from it)
+#: logger.wandb.mode's choices (harness.train.loggers.wandb_logger sets WANDB_MODE from it)
 WANDB_MODES = ("offline", "online", "disabled")
 
 

@@ -19,14 +19,14 @@ STATS = ("min", "max", "mean", "std", "zero_frac")
 CANCELS = 0.1
 
 
-def sums_and_squares(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+def _sums_and_squares(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
     """Float64[param, 2]: each tensor's sum and sum of squares, accumulated in `dtype` (default: sum_dtype)."""
     dtype = dtype or sum_dtype(tensors)
     total = rearrange([t.sum(dtype=dtype) for t in tensors], "param -> param").double()
     return rearrange([total, square_sums(tensors, dtype)], "stat param -> param stat")
 
 
-def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
+def _slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Float64[param, 6]: min, max, sum, sum of squares, nonzeros and entries of each tensor (slice)."""
     device = tensors[0].device
 
@@ -40,20 +40,20 @@ def slice_stats(tensors: list[torch.Tensor]) -> torch.Tensor:
 
     # float32 sums are pairwise (~1e-7 relative); float64 costs 5-17x on the CPU: exact_sums redoes only where needed
     lo, hi = (per_tensor(extreme) for extreme in zip(*[extremes(t) for t in tensors], strict=True))
-    total, squares = rearrange(sums_and_squares(tensors), "param stat -> stat param")
+    total, squares = rearrange(_sums_and_squares(tensors), "param stat -> stat param")
     nonzero = per_tensor([torch.count_nonzero(t) for t in tensors])
     count = torch.tensor([float(t.numel()) for t in tensors], dtype=torch.float64, device=device)
     return rearrange([lo, hi, total, squares, nonzero, count], "stat param -> param stat")
 
 
-def exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
+def _exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
     """`stats` with the float32 sums that cancel (CANCELS) redone in float64 (one sync)."""
     _, _, total, squares, _, count = rearrange(stats, "param stat -> stat param")
     spread = squares - total * total / count  # n · the biased variance
     redo = (spread < CANCELS * squares).nonzero()[:, 0].tolist()
     if not redo:
         return stats
-    again = sums_and_squares([tensors[i] for i in redo], torch.float64)
+    again = _sums_and_squares([tensors[i] for i in redo], torch.float64)
     if shards:
         again = reduce(again)
     stats = stats.clone()
@@ -62,7 +62,7 @@ def exact_sums(stats: torch.Tensor, tensors: list[torch.Tensor], shards: bool) -
 
 
 def _across_ranks(stats: torch.Tensor) -> torch.Tensor:
-    """slice_stats of every rank combined into the whole tensors' (one all-gather): least min, greatest max,
+    """_slice_stats of every rank combined into the whole tensors' (one all-gather): least min, greatest max,
     sums."""
     every = gathered(stats)  # [rank, param, stat]
     return torch.cat([every[..., 0:1].amin(0), every[..., 1:2].amax(0), every[..., 2:].sum(0)], dim=1)
@@ -72,10 +72,10 @@ def summarize(tensors: list[torch.Tensor], bins: int | None, shards: bool = Fals
     """Float[param, 7 (+ 2 bins + 1)]: min, max, mean, std, zero fraction, sum, sum of squares, then counts
     and edges; with `shards`, the whole tensors'."""
     device = tensors[0].device
-    stats = slice_stats(tensors)
+    stats = _slice_stats(tensors)
     if shards:
         stats = _across_ranks(stats)
-    stats = exact_sums(stats, tensors, shards)
+    stats = _exact_sums(stats, tensors, shards)
     lo, hi, total, squares, nonzero, count = rearrange(stats, "param stat -> stat param")
     mean = total / count
     variance = ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0)  # unbiased; 0 for one entry

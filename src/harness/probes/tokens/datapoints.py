@@ -24,7 +24,7 @@ def visible_text(text: str) -> str:
     return "".join(VISIBLE.get(c, chr(0x2400 + ord(c)) if ord(c) < 0x20 else c) for c in text)
 
 
-def token_texts(tokenizer) -> list[str]:
+def _token_texts(tokenizer) -> list[str]:
     """Each token id's decoded text, made visible; the padding id (if any) as '░'."""
     texts = [visible_text(tokenizer.decode([i])) for i in range(tokenizer.vocab_size)]
     pad = getattr(tokenizer, "pad_id", None)
@@ -33,7 +33,7 @@ def token_texts(tokenizer) -> list[str]:
     return texts
 
 
-def render(texts: list[str], ids: list[int], mask: list[bool] | None = None) -> str:
+def _render(texts: list[str], ids: list[int], mask: list[bool] | None = None) -> str:
     """`ids` decoded token by token through `texts` (position t stays token t), '·' where `mask` is False."""
     if mask is None:
         return "".join(texts[i] for i in ids)
@@ -58,7 +58,7 @@ def _stacked_padded(batches: list[dict[str, torch.Tensor]], pad: int) -> dict[st
 
 
 @torch.no_grad()
-def greedy_continuation(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tensor:
+def _greedy_continuation(model, prompt: torch.Tensor, tokens: int, window: int) -> torch.Tensor:
     """Long[b, tokens]: the argmax continuation of `prompt` [b, time], the model seeing the last `window`
     tokens."""
     ids = prompt
@@ -102,7 +102,7 @@ class Datapoints(Probe):
         # passes on the same fixed examples, in step; rank 0 writes
         self.sharded = any_sharded(pl_module.parameters())
         data = self.run.data
-        self.texts = token_texts(data.tokenizer)
+        self.texts = _token_texts(data.tokenizer)
         train, val = data.train_dataset, data.val_dataset
         text = getattr(train, "task", None) == "lm"
         self.prompts = self.asked if text and not self.run.overfit else 0
@@ -171,9 +171,9 @@ class Datapoints(Probe):
                 step,
                 split,
                 i,
-                render(self.texts, ids[row]),
-                render(self.texts, targets[row], masks[row]),
-                render(self.texts, predictions[row], masks[row]),
+                _render(self.texts, ids[row]),
+                _render(self.texts, targets[row], masks[row]),
+                _render(self.texts, predictions[row], masks[row]),
                 round(loss[row], 6),
             ]
             for row, (split, i) in enumerate(self.rows)
@@ -186,9 +186,9 @@ class Datapoints(Probe):
         half = ids.shape[1] // 2
         prompt = ids[:, :half].to(device)
         truth = torch.cat([ids[:, half:], source["targets"][: self.prompts, -1:]], dim=1)[:, : self.tokens]
-        generated = greedy_continuation(model, prompt, self.tokens, window=ids.shape[1]).tolist()
+        generated = _greedy_continuation(model, prompt, self.tokens, window=ids.shape[1]).tolist()
         texts = self.texts
         return [
-            [step, "generate", i, render(texts, p), render(texts, t), render(texts, g), None]
+            [step, "generate", i, _render(texts, p), _render(texts, t), _render(texts, g), None]
             for i, (p, t, g) in enumerate(zip(prompt.tolist(), truth.tolist(), generated, strict=True))
         ]

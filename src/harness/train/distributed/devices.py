@@ -11,7 +11,7 @@ from harness.errors import ConfigError
 from harness.ranks import under_torchrun
 
 
-def device_count(devices) -> int | None:
+def _device_count(devices) -> int | None:
     """The count `trainer.devices` asks for (as Lightning reads it), None for auto / -1."""
     text = str(devices).strip() if isinstance(devices, str) else None
     if text in ("auto", "-1") or (
@@ -63,7 +63,7 @@ def _check_sharding(trainer: DictConfig) -> None:
     )
 
 
-def one_process_per_device(strategy: str) -> bool:
+def _one_process_per_device(strategy: str) -> bool:
     """Whether `strategy` (strategy_name) runs one process a device: ddp and the sharded ones."""
     return strategy.startswith("ddp") or strategy in SHARDED
 
@@ -72,7 +72,7 @@ def processes(trainer: DictConfig) -> int:
     """Processes the Trainer config asks for on this machine (under DDP, sharded, or auto strategies)."""
     strategy = strategy_name(trainer)
     devices = trainer.get("devices", 1)
-    count = device_count(devices)
+    count = _device_count(devices)
     _check_sharding(trainer)
     if strategy.startswith("ddp_spawn"):
         raise ConfigError(
@@ -81,7 +81,7 @@ def processes(trainer: DictConfig) -> int:
             "spawned workers keep the stop step, probes and checks to "
             "themselves and return only the weights; use trainer=ddp (strategy: ddp)",
         )
-    if one_process_per_device(strategy) and count is None:
+    if _one_process_per_device(strategy) and count is None:
         raise ConfigError(
             "trainer.devices",
             devices,
@@ -159,7 +159,7 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
     started = under_torchrun()
     if started is None or started[1] == 1:
         return
-    check_restarts()
+    _check_restarts()
     if multirun:
         raise ConfigError(
             "hydra.mode",
@@ -177,7 +177,7 @@ def check_torchrun_launch(hydra_cfg: DictConfig, multirun: bool) -> None:
         )
 
 
-def check_restarts() -> None:
+def _check_restarts() -> None:
     """Refuse torchrun --max-restarts with one store for every attempt: restarted ranks would never meet."""
     restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
     if restarts > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
@@ -219,7 +219,7 @@ def check_launch(cfg: DictConfig, launcher: DictConfig, multirun: bool) -> None:
         strategy = strategy_name(cfg.trainer)
         raise ConfigError(
             "trainer",
-            strategy if one_process_per_device(strategy) else "ddp",
+            strategy if _one_process_per_device(strategy) else "ddp",
             "in a local sweep Lightning would restart the whole sweep in every rank; "
             "run the jobs one at a time (no -m), or sweep on a cluster with "
             "hydra/launcher=slurm, where SLURM starts the ranks",

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def shard_units(model: nn.Module) -> list[nn.Module]:
+def _shard_units(model: nn.Module) -> list[nn.Module]:
     """The model's repeated blocks, in order: the children of the outermost ModuleLists of one class."""
     found: list[nn.Module] = []
 
@@ -39,7 +39,7 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 def unit_names(model: nn.Module) -> list[str]:
     """The units' module names (`blocks.0`, ...), as the run's log names them."""
-    wanted = {id(unit) for unit in shard_units(model)}
+    wanted = {id(unit) for unit in _shard_units(model)}
     return [name for name, module in model.named_modules() if id(module) in wanted]
 
 
@@ -102,7 +102,7 @@ class FSDP(ModelParallelStrategy):
         if self.mixed_precision:
             dtype = PRECISIONS[self.mixed_precision]
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-        blocks, names = shard_units(model), unit_names(model)
+        blocks, names = _shard_units(model), unit_names(model)
         if self.activation_checkpointing:
             from harness.compat import checkpoint_activations
 
