@@ -55,13 +55,13 @@ class _Counting(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.step is not None and is_sync(func, args, kwargs):
-            self.counts[(self.step, asker())] += 1
+            self.counts[(self.step, asker(), func.__name__)] += 1
         return func(*args, **kwargs)
 
 
 class HostCopies(pl.Callback):
     """Counts each training step's copies by the code that asked, from its batch's start to the next one's; writes
-    {"steps": {step: {where: count}}, "logged": [steps whose metrics Lightning wrote]} to `path` at the end."""
+    {"steps": {step: {where: {call: count}}}, "logged": [steps whose metrics Lightning wrote]} to `path` at the end."""
 
     def __init__(self, path: str):
         self.path, self.counts, self.logged = Path(path), Counter(), []
@@ -81,7 +81,7 @@ class HostCopies(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         self.mode.step = None
         self.mode.__exit__(None, None, None)
-        steps: dict[int, dict[str, int]] = {}
-        for (step, where), count in self.counts.items():
-            steps.setdefault(step, {})[where] = count
+        steps: dict[int, dict[str, dict[str, int]]] = {}
+        for (step, where, call), count in self.counts.items():
+            steps.setdefault(step, {}).setdefault(where, {})[call] = count
         self.path.write_text(json.dumps({"steps": steps, "logged": self.logged}))

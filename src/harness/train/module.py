@@ -72,6 +72,7 @@ class HarnessModule(pl.LightningModule):
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
         self.step_loss = StepLoss()  # every masked position of a step weighs the same, however it is split
         self.step_lr: float | None = None  # the learning rate the latest training step used
+        self._logged_lr: torch.Tensor | None = None  # where step_lr is written on the device to be logged
         self.resumed_metrics: dict = {}  # the latest validation's metrics, as the checkpoint resumed from kept them
         self.loss = loss or CrossEntropy()
         # compile=true: the training step runs a compiled forward sharing the model's parameters. It is
@@ -148,13 +149,20 @@ class HarnessModule(pl.LightningModule):
         if not self.logs_now():
             return
         metrics = {"loss": self.last_loss, **_masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
-        self.log("lr", self.step_lr, on_step=True, on_epoch=False)
+        self.log("lr", self._lr_on_device(), on_step=True, on_epoch=False)
         self.log_dict(
             {f"train/{k}": v for k, v in metrics.items()},
             on_step=True,
             on_epoch=False,
             batch_size=batch["input_ids"].shape[0],
         )
+
+    def _lr_on_device(self) -> torch.Tensor:
+        """step_lr written into one tensor kept on the device: a float given to self.log becomes a new device tensor,
+        a copy from the host, each time."""
+        if self._logged_lr is None or self._logged_lr.device != self.device:
+            self._logged_lr = torch.zeros((), device=self.device)
+        return self._logged_lr.fill_(self.step_lr)
 
     def logs_now(self) -> bool:
         """Whether Lightning writes this step's logged values: every log_every_n_steps, and the last step."""

@@ -62,18 +62,19 @@ def square_sums(tensors: list[torch.Tensor], dtype: torch.dtype | None = None) -
     """Float64[tensor]: each tensor's sum of squares, in `dtype`, over pieces of PIECE entries."""
     if not tensors:
         return torch.zeros(0, dtype=torch.float64)
-    device = tensors[0].device
-    pieces, owners = [], []
-    for i, t in enumerate(tensors):
+    pieces, counts = [], []
+    for t in tensors:
         split = t.reshape(-1).split(PIECE) if t.numel() > PIECE else (t,)
         pieces += split
-        owners += [i] * len(split)
+        counts.append(len(split))
     accumulate = dtype or sum_dtype(tensors)
     sums = rearrange(list(torch._foreach_powsum(pieces, 2, dtype=accumulate)), "piece -> piece").double()
     if len(pieces) == len(tensors):
         return sums
-    owner = torch.tensor(owners, device=device)
-    return torch.zeros(len(tensors), dtype=torch.float64, device=device).index_add_(0, owner, sums)
+    # a tensor's pieces lie side by side: each run summed, with no index tensor copied from the host (a copy that
+    # waits for the device on every step)
+    runs = sums.split(counts)
+    return rearrange([run[0] if len(run) == 1 else run.sum() for run in runs], "tensor -> tensor")
 
 
 def norms(tensors: list[torch.Tensor], shards: bool) -> torch.Tensor:
