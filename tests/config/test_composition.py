@@ -104,14 +104,11 @@ def test_a_callback_lightning_refuses_with_the_mode_is_one_line(make_config, tmp
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (("mode=overfit",), ["ModelSummary", "LearningRateMonitor"]),  # no bar: mode.progress_bar is false
-        (("mode=full",), ["ModelSummary", "LearningRateMonitor", "TQDMProgressBar"]),
-        (
-            ("mode=full", "callbacks=early_stopping"),
-            ["ModelSummary", "LearningRateMonitor", "TQDMProgressBar", "EarlyStopping"],
-        ),
-        (("mode=full", "callbacks=rich"), ["RichModelSummary", "LearningRateMonitor", "RichProgressBar"]),
-        (("mode=full", "callbacks.lr_monitor=null"), ["ModelSummary", "TQDMProgressBar"]),
+        (("mode=overfit",), ["ModelSummary"]),  # no bar: mode.progress_bar is false
+        (("mode=full",), ["ModelSummary", "TQDMProgressBar"]),
+        (("mode=full", "callbacks=early_stopping"), ["ModelSummary", "TQDMProgressBar", "EarlyStopping"]),
+        (("mode=full", "callbacks=rich"), ["RichModelSummary", "RichProgressBar"]),
+        (("mode=full", "callbacks.model_summary=null"), ["TQDMProgressBar"]),
     ],
     ids=["overfit", "full", "early_stopping", "rich", "one_off"],
 )
@@ -125,8 +122,8 @@ def test_a_callback_argument_it_does_not_take_is_one_line(make_config):
     from harness.train.trainer import build_callbacks
 
     with pytest.raises(ConfigError) as err:
-        build_callbacks(make_config("+callbacks.lr_monitor.every=3"))
-    assert str(err.value).startswith("callbacks.lr_monitor.every=3:") and "takes no argument" in str(
+        build_callbacks(make_config("mode=full", "+callbacks.progress_bar.every=3"))
+    assert str(err.value).startswith("callbacks.progress_bar.every=3:") and "takes no argument" in str(
         err.value
     )
 
@@ -162,7 +159,7 @@ def test_overfit_still_passes_with_the_default_callbacks(make_config, one_thread
     from harness.tasks.training import run
 
     cfg = make_config("n=1", *QUICK)
-    assert [c for c in cfg.callbacks] == ["model_summary", "lr_monitor", "progress_bar"]
+    assert [c for c in cfg.callbacks] == ["model_summary", "progress_bar"]
     verdict = run(cfg)
     assert verdict["status"] == "PASS" and exit_code(verdict) == 0, verdict
     assert "debug" not in verdict

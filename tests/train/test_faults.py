@@ -25,8 +25,11 @@ def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
     assert (tmp_path / "a/metrics.csv").read_text() == (tmp_path / "b/metrics.csv").read_text()
 
 
-def test_nonfinite_stops_at_its_step_naming_the_module(make_config, tmp_path):
-    """In-process (test_nonfinite_ends_an_overfit_run_with_its_verdict runs train.py itself, in test-slow)."""
+@pytest.mark.parametrize("fused", [True, False], ids=["on-the-device", "on-the-host"])
+def test_nonfinite_names_its_step_and_module_and_skips_its_update(fused, make_config, tmp_path):
+    """In-process (test_nonfinite_ends_an_overfit_run_with_its_verdict runs train.py itself, in test-slow). The
+    fused optimizer skips the bad step's update on the device, and the flag is read at the next logging step
+    (mode=full: every 10); any other reads it on the host before its step, and stops there."""
     verdict = run(
         make_config(
             "model=rnn",
@@ -36,12 +39,14 @@ def test_nonfinite_stops_at_its_step_naming_the_module(make_config, tmp_path):
             "mode.max_steps=50",
             "preflight=false",
             "mode.progress_bar=false",
+            f"optim.fused={str(fused).lower()}",
         )
     )
     assert exit_code(verdict) == 4, verdict
     assert verdict["status"] == "NONFINITE" and "blowup" in verdict["nonfinite"]["where"], verdict
-    assert verdict["nonfinite"]["step"] == verdict["steps"] <= 5  # no update after the bad step
-    kept = _weights(tmp_path / "run/checkpoints/last.ckpt")
+    bad = verdict["nonfinite"]["step"]
+    assert bad <= 5 and verdict["steps"] == (10 if fused else bad), verdict
+    kept = _weights(tmp_path / "run/checkpoints/last.ckpt")  # saved every 2 steps, after the bad one too
     assert all(torch.isfinite(v).all() for v in kept.values())
 
 

@@ -33,40 +33,41 @@ def test_the_counter_sees_each_kind_of_copy_and_names_the_line_that_asked():
     assert dict(counts) == expected, counts
 
 
-#: the harness's own copies on a step that logs nothing, one each, until each is gone: the non-finite guard's bool()
-#: of its norms, and the .tolist() of the gradient-norm and dead-gradient probes (both every step by default)
-EVERY_STEP = ("harness/train/nonfinite.py", "harness/probes/layers/norms.py", "harness/probes/layers/dead.py")
-
-
-@pytest.mark.slow  # ~10 s: a 30-step train.py run
+@pytest.mark.slow  # ~10 s each: a 30-step train.py run
 # gpt 256 wide: matrices over 65,536 entries, whose squares the guard and the probes sum in pieces (shard_sums)
 @pytest.mark.parametrize(
-    "model", [("model=transformer",), ("model=gpt", "model.d_model=256")], ids=["default", "gpt"]
+    ("model", "mode"),
+    [
+        (("model=transformer",), "mode=full"),
+        (("model=gpt", "model.d_model=256"), "mode=full"),
+        (("model=transformer",), "mode=overfit"),
+        (("model=gpt", "model.d_model=256"), "mode=overfit"),
+    ],
+    ids=["default-full", "gpt-full", "default-overfit", "gpt-overfit"],
 )
-def test_a_step_that_logs_nothing_copies_to_the_host_only_where_known(model, tmp_path, data_root):
+def test_the_harness_copies_nothing_on_a_quiet_step_and_once_on_a_logging_step(model, mode, tmp_path, data_root):
     counted = tmp_path / "copies.json"
     result = train(
         *model,
-        "mode=full",
+        mode,
         "mode.max_steps=30",
+        *(["mode.target_loss=0"] if mode == "mode=overfit" else []),  # overfit mode: all 30 steps
         "preflight=false",
         "+callbacks.copies._target_=tests.helpers.host_copies.HostCopies",
         f"+callbacks.copies.path={counted}",
         cwd=tmp_path,
         data_root=data_root,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode in (0, 1), result.stderr[-3000:]  # overfit mode: FAIL, its target unreachable
     copies = json.loads(counted.read_text())
-    # steps Lightning writes no metrics on, and no probe of a period of 10 or more logs on
-    quiet = [step for step in range(1, 30) if step not in copies["logged"] and step % 10]
-    assert len(quiet) >= 20, copies["logged"]
-    for step in quiet:
+    logged = set(copies["logged"])
+    assert logged == (set(range(30)) if mode == "mode=overfit" else {9, 19, 29}), logged
+    # step 0 is one of the probes that work every 100 steps, which copy on their own steps (histograms' ranges and
+    # exact sums: docs/performance.md); the last step's window holds the end of training's reads (the final loss)
+    for step in range(1, 29):
         asked = Counter()
         for where, calls in copies["steps"].get(str(step), {}).items():
             if where.startswith("harness/"):
                 asked[where.rpartition(":")[0]] += sum(calls.values())
-        assert asked == Counter(dict.fromkeys(EVERY_STEP, 1)), f"step {step}: {dict(asked)}"
-    # a logging step hands Lightning the learning rate as a tensor already on the device, not a float to copy there
-    for step in copies["logged"]:
-        made = {where: calls for where, calls in copies["steps"][str(step)].items() if "tensor" in calls}
-        assert not made, f"step {step}: {made}"
+        expected = {"harness/train/perf/readout.py": 1} if step in logged else {}
+        assert asked == Counter(expected), f"step {step} ({'logged' if step in logged else 'quiet'}): {dict(asked)}"

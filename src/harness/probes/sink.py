@@ -1,5 +1,6 @@
 """The metric sink, `MetricSink`: a step's probe scalars handed to every logger as one row, the symptoms the
-probes report kept once per name and place, and every row read by its listeners (the symptom detectors)."""
+probes report kept once per name and place, and every row read by its listeners (the symptom detectors). Device
+values reach it through the run's readout (harness.train.perf.readout): one copy to the host a logging step."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from harness.probes.trackers import has_tracker, log_scalars, log_table
 from harness.report.symptoms import Symptom, nonfinite
 from harness.train.nonfinite import NonFinite
+from harness.train.perf.readout import Read, read_all, readout_of
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,22 @@ class MetricSink(pl.Callback):
         self.listeners: list = []
         self.symptoms: list[Symptom] = []  # in the order they were first seen
         self.seen: set[tuple[str, str]] = set()
+        self.readout = None  # the run's Readout; without one (a bare Trainer), the sink reads its own queue
+        self.queued: list[tuple[dict, Read]] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        readout = readout_of(trainer)
+        if readout is not None and readout is not self.readout:
+            readout.after(self.flush)  # the rows the readers added, written after the readout's one copy
+        self.readout = readout
+
+    def defer(self, step: int, tensors: dict, read: Read) -> None:
+        """Queue device `tensors` for `read(values)` (host floats, nested lists for tensors of 1 or more
+        dimensions), copied with the step's other values at the end of the batch."""
+        if self.readout is not None:
+            self.readout.defer(step, tensors, read)
+        else:
+            self.queued.append((tensors, read))
 
     def add(self, step: int, metrics: dict[str, float]) -> None:
         """Queue `metrics` (plain floats, on the host) for `step`."""
@@ -39,6 +57,8 @@ class MetricSink(pl.Callback):
             return False
         self.seen.add((symptom.name, symptom.where))
         self.symptoms.append(symptom)
+        if self.readout is not None:  # the run's symptoms kept in one place, the readout's
+            return self.readout.report(symptom, now)
         log.warning("%s", symptom.line())
         count = sum(s.name == symptom.name for s in self.symptoms)
         self.add(symptom.step if now is None else now, {f"symptoms/{symptom.name}": float(count)})
@@ -46,6 +66,8 @@ class MetricSink(pl.Callback):
 
     def flush(self, trainer: pl.Trainer) -> None:
         """Hand what is queued to the listeners, then to the loggers on global rank 0."""
+        queued, self.queued = self.queued, []
+        read_all(queued)
         if self.pending and self.listeners:
             for step in sorted(self.pending):
                 for listener in self.listeners:
@@ -60,7 +82,8 @@ class MetricSink(pl.Callback):
         self.pending = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.flush(trainer)
+        if self.readout is None:  # else the readout's flush calls this sink's
+            self.flush(trainer)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.flush(trainer)
@@ -70,6 +93,7 @@ class MetricSink(pl.Callback):
         """A non-finite stop is a symptom too; what is queued still reaches the loggers."""
         if isinstance(exception, NonFinite):
             self.report(nonfinite(exception))
+        self.queued = []  # a failed step's tensors may be what failed
         self.flush(trainer)
         self.table(trainer)
 
@@ -81,4 +105,4 @@ class MetricSink(pl.Callback):
             log_table(trainer, "symptoms", columns, rows, trainer.global_step)
 
     def verdict_items(self) -> dict:
-        return {"symptoms": [s.as_dict() for s in self.symptoms]}
+        return {} if self.readout is not None else {"symptoms": [s.as_dict() for s in self.symptoms]}

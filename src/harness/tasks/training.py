@@ -41,6 +41,7 @@ from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
+from harness.train.perf.readout import Readout, readout_of
 from harness.train.trainer import build_callbacks, build_trainer
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,8 @@ def trainer_for(training: Training, data, module, added: tuple) -> tuple:
     resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
-    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra, loggers)
+    # the readout last: what every callback queued of a step is read in its one copy to the host
+    trainer = build_trainer(cfg, run_dir, callbacks + probes + extra + [Readout()], loggers)
     return trainer, resumed and resumed.path, loggers
 
 
@@ -184,7 +186,9 @@ def trained_verdict(training: Training, trainer: pl.Trainer, module, probes: lis
     verdict.steps = trainer.global_step
     for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
-    verdict.items.setdefault("symptoms", [])
+    readout = readout_of(trainer)  # the symptoms the probes and the speed's checks reported, in order
+    found = readout.verdict_items()["symptoms"] if readout is not None else []
+    verdict.items["symptoms"] = [*verdict.items.get("symptoms", []), *found]
     if isinstance(stopped, RankLost):
         interrupt.holding = True
         lost_verdict(training, trainer, module, stopped.fault)

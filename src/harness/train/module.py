@@ -14,6 +14,7 @@ from torch import nn
 from harness.compat import lightning_logs_now
 from harness.ops.loss import CrossEntropy, Loss, own_reduction
 from harness.train.optim import adamw, optimizer_and_schedule
+from harness.train.perf.readout import readout_of
 from harness.train.step_loss import StepLoss
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ def _masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
 class HarnessModule(pl.LightningModule):
     """Trains `model` on Batch dicts; logs loss, acc and p_correct under train/ and val/."""
 
+    flushes_readout = True  # its on_train_batch_end, the batch's last hook, copies the step's values to the host
+
     def __init__(
         self,
         model: nn.Module,
@@ -72,6 +75,7 @@ class HarnessModule(pl.LightningModule):
         self.optimizer, self.schedule, self.total_steps = optimizer or adamw(), schedule, total_steps
         self.step_loss = StepLoss()  # every masked position of a step weighs the same, however it is split
         self.step_lr: float | None = None  # the learning rate the latest training step used
+        self.step_logged = 0  # the step the latest training step's metrics are filed under
         self._logged_lr: torch.Tensor | None = None  # where step_lr is written on the device to be logged
         self.resumed_metrics: dict = {}  # the latest validation's metrics, as the checkpoint resumed from kept them
         self.loss = loss or CrossEntropy()
@@ -115,9 +119,8 @@ class HarnessModule(pl.LightningModule):
         mean = self.loss(logits, batch["targets"], batch["loss_mask"])
         # the backward's loss: this micro-batch's share of the step's, by its count of masked positions (no sync)
         loss = self.step_loss.weigh(mean, batch["loss_mask"], *self.data_parallel())
-        self.step_lr = self.trainer.optimizers[0].param_groups[0][
-            "lr"
-        ]  # this step's; the schedule moves on first
+        self.step_lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # this step's; the schedule moves on first
+        self.step_logged = self.trainer.global_step  # the step Lightning files this step's metrics under
         # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
         return {"loss": loss, "logits": logits.detach()}
 
@@ -144,18 +147,31 @@ class HarnessModule(pl.LightningModule):
     def on_train_batch_end(self, outputs: dict, batch: dict, batch_idx: int) -> None:
         # After the callbacks: a callback that stops the run at this step (StopAtTarget, EarlyStopping) makes
         # Lightning write this step's metrics, so they are logged here, not in training_step; and only on the
-        # steps Lightning writes (every log_every_n_steps): a self.log call costs about as much whether or not
-        # it is written, the statistics a pass over the logits.
+        # steps Lightning writes (every log_every_n_steps): the statistics are a pass over the logits.
         if not self.logs_now():
             return
         metrics = {"loss": self.last_loss, **_masked_metrics(step_stats(outputs, batch), batch["loss_mask"])}
-        self.log("lr", self._lr_on_device(), on_step=True, on_epoch=False)
-        self.log_dict(
-            {f"train/{k}": v for k, v in metrics.items()},
-            on_step=True,
-            on_epoch=False,
-            batch_size=batch["input_ids"].shape[0],
-        )
+        readout = readout_of(self._trainer)
+        if readout is None:  # a Trainer without the harness's callbacks: Lightning's own logging
+            self.log("lr", self._lr_on_device(), on_step=True, on_epoch=False)
+            self.log_dict(
+                {f"train/{k}": v for k, v in metrics.items()},
+                on_step=True,
+                on_epoch=False,
+                batch_size=batch["input_ids"].shape[0],
+            )
+            return
+        # the step's values, and what every callback queued, copied to the host at once (the readout's flush)
+        step, epoch = self.step_logged, self.current_epoch
+        values = {f"train/{k}": v for k, v in metrics.items() if v is not None}
+        readout.defer(step, values, lambda read: self._logged(readout, step, {**read, "epoch": epoch}))
+        readout.flush(self.trainer)
+
+    def _logged(self, readout, step: int, values: dict[str, float]) -> None:
+        """The step's metrics, read: to the loggers (with `lr`, a host float), and to callback_metrics, where
+        checkpoints and early stopping look for them."""
+        readout.add(step, {**values, "lr": self.step_lr})
+        self.trainer.callback_metrics.update({k: torch.tensor(v) for k, v in values.items() if k != "epoch"})
 
     def _lr_on_device(self) -> torch.Tensor:
         """step_lr written into one tensor kept on the device: a float given to self.log becomes a new device tensor,

@@ -37,7 +37,7 @@ def optimizer_and_schedule(
 
 def adamw(lr: float = 3e-3, **kwargs) -> Callable:
     """The optimizer a LightningModule gets without an `optim` config (benches, tests)."""
-    return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **kwargs)
+    return partial(torch.optim.AdamW, lr=lr, betas=(0.9, 0.99), weight_decay=0.0, **{"fused": True, **kwargs})
 
 
 def multiplier(step: int, shape: str, warmup_steps: int, total_steps: int, floor: float) -> float:

@@ -15,6 +15,7 @@ from harness.data.batch import collate_of, first_items, indexable, to_device, tr
 from harness.errors import ConfigError
 from harness.ops.forward_calls import without_dropout
 from harness.seeding import seed_all
+from harness.train.perf.readout import readout_of
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,20 @@ class StopAtTarget(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # the step's loss over every rank's positions (harness.train.step_loss: the same number on every rank), so
-        # every rank stops at the same step, none is left waiting in an all-reduce. One sync a step, one number.
+        # every rank stops at the same step, none is left waiting in an all-reduce; read with the step's other
+        # values (harness.train.perf.readout; overfit mode logs every step), or on its own without a readout
         if pl_module.last_loss is None:  # a micro-batch before the first step's last one: no step loss yet
             return
-        self.last_loss = pl_module.last_loss.item()
+        readout, step = readout_of(trainer), trainer.global_step
+        if readout is None:
+            self._read(trainer, step, pl_module.last_loss.item())
+        else:
+            readout.defer(step, {"loss": pl_module.last_loss}, lambda read: self._read(trainer, step, read["loss"]))
+
+    def _read(self, trainer, step: int, loss: float) -> None:
+        self.last_loss = loss
         if self.last_loss <= self.floor + self.target and self.reached_at is None:
-            self.reached_at = trainer.global_step
+            self.reached_at = step
             trainer.should_stop = True
 
     @property

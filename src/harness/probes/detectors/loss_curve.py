@@ -14,14 +14,24 @@ from harness.probes.detectors.detector import RUNNING
 class LossRules:
     """Mixed into the Symptoms probe: reads `losses`, `spike_events` and the thresholds, reports through it."""
 
-    def read_losses(self, step: int) -> None:
-        """Bring the losses kept since the last reading to the host (one transfer) and check them."""
-        if not self.pending_losses:
+    def defer_losses(self, step: int) -> None:
+        """Queue the losses kept since the last reading to be read with the step's other values (one transfer)."""
+        if self.pending_losses:
+            losses = torch.stack([v.float().reshape(()) for v in self.pending_losses])
+            self.pending_losses = []
+            self.sink.defer(step, {"losses": losses}, lambda read: self.read_values.update({step: read["losses"]}))
+
+    def read_losses(self, step: int, kept: bool = False) -> None:
+        """Check the losses read up to `step` (and, `kept`, those still on the device: one transfer)."""
+        batches = [(end, self.read_values.pop(end)) for end in sorted(self.read_values) if end <= step]
+        if kept and self.pending_losses:
+            batches.append((step, torch.stack([v.float().reshape(()) for v in self.pending_losses]).tolist()))
+            self.pending_losses = []
+        if not batches:
             return
-        values = torch.stack([v.float().reshape(()) for v in self.pending_losses]).tolist()
-        self.pending_losses = []
-        for i, value in enumerate(values):
-            self.check_spike(step - len(values) + 1 + i, value, now=step)
+        for end, values in batches:  # each batch of losses ends at the step that queued it
+            for i, value in enumerate(values):
+                self.check_spike(end - len(values) + 1 + i, value, now=step)
         self.check_progress(step)
 
     def initial_loss(self) -> float | None:

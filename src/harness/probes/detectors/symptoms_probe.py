@@ -43,6 +43,7 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
     def reset(self) -> None:
         """What one fit has seen: nothing yet."""
         self.pending_losses: list[torch.Tensor] = []  # on the device, since the last reading
+        self.read_values: dict[int, list[float]] = {}  # losses read to the host by the step that queued them
         self.losses: list[float] = []  # the first 5 optimizer steps' and the latest, on the host
         self.steps_read = 0
         self.spike_events: list[list[int]] = []  # [first step, last step] of each run of spike steps
@@ -79,12 +80,17 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
             self.pending_losses.append(loss)
         self.lr = getattr(pl_module, "step_lr", None)
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step - 1  # the step whose row the sink files (global_step has moved past it)
+        if trainer.is_global_zero and self.due(step):
+            self.defer_losses(step)
+
     def on_train_end(self, trainer, pl_module) -> None:
         self.ending = True  # the rows flushed from here on are the end of training's
-        self.read_losses(trainer.global_step - 1)  # the last step's loss, global_step having moved past it
+        self.read_losses(trainer.global_step - 1, kept=True)  # the last step's loss, global_step having moved past it
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        self.read_losses(trainer.global_step)  # a step that raised (NonFinite) follows the losses read here
+        self.read_losses(trainer.global_step, kept=True)  # a step that raised (NonFinite) follows the losses read here
 
     def read(self, step: int, row: dict) -> None:
         """The sink's row of `step` (called at each flush): the checks whose numbers it holds."""

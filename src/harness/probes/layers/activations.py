@@ -228,15 +228,20 @@ class Activations(Probe):
             self.functions = any("/" in name for name, *_ in self.calls)
         if self.step is None or not self.calls:
             return
-        values = iter(torch.stack([t for *_, stats in self.calls for t in stats]).tolist())  # one transfer
+        stacked = torch.stack([t for *_, stats in self.calls for t in stats])  # read with the step's other values
+        step, calls = self.step, self.calls
+        self.sink.defer(step, {"stats": stacked}, lambda read: self._read(step, calls, read["stats"]))
+        self.calls, self.step = [], None
+
+    def _read(self, step: int, calls: list, stats: list[float]) -> None:
+        values = iter(stats)
         by_module: dict[str, list] = {}
-        for name, numel, units, stats in self.calls:
+        for name, numel, units, stats in calls:
             by_module.setdefault(name, []).append((numel, units, [next(values) for _ in stats]))
         metrics = {}
-        for name, calls in by_module.items():
-            metrics.update(_module_metrics(name, self.kinds[name], calls))
-        self.sink.add(self.step, metrics)
-        self.calls, self.step = [], None
+        for name, module_calls in by_module.items():
+            metrics.update(_module_metrics(name, self.kinds[name], module_calls))
+        self.sink.add(step, metrics)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.remove_hooks()

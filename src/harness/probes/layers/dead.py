@@ -67,11 +67,14 @@ class DeadGradients(Probe):
             self.pending = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.pending is not None:  # the flags' one transfer, on the steps this probe logs
-            flags = self.fired.tolist()
-            dead = self._report(flags, self.pending) if any(flags) else float(len(self.dead_params))
-            self.sink.add(self.pending, {"grad_norm/dead": dead})
-            self.pending = None
+        if self.pending is not None:  # the flags, read with the step's other values on the steps this probe logs
+            step, self.pending = self.pending, None
+            self.sink.defer(step, {"fired": self.fired.clone()}, lambda read: self._read(step, read["fired"]))
+
+    def _read(self, step: int, fired: list[float]) -> None:
+        flags = [bool(f) for f in fired]
+        dead = self._report(flags, step) if any(flags) else float(len(self.dead_params))
+        self.sink.add(step, {"grad_norm/dead": dead})
 
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.params:

@@ -113,7 +113,10 @@ class ParameterNorms(Probe):
         if not trainer.is_global_zero:
             return
         norms = [part.sqrt().float() for part in parts]
-        packed = torch.cat([grads, *norms]).tolist()  # the step's one transfer
+        packed = torch.cat([grads, *norms])  # read with the step's other values: one transfer
+        self.sink.defer(step, {"norms": packed}, lambda read: self._read(step, read["norms"], missing, weights, ratio_now))
+
+    def _read(self, step: int, packed: list[float], missing: int, weights, ratio_now: bool) -> None:
         count = len(self.params)
         grad, weight = packed[:count], packed[count : 2 * count]
         metrics = dict(zip(self.grad_keys, grad, strict=True))

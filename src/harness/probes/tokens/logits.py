@@ -58,7 +58,10 @@ class LogitMass(Probe):
                 self.warned = True
             return
         per_example = self.run.overfit
-        values = _logit_mass(step_stats(outputs, batch), batch["loss_mask"], per_example).tolist()
+        mass = _logit_mass(step_stats(outputs, batch), batch["loss_mask"], per_example)
+        self.sink.defer(step, {"mass": mass}, lambda read: self._read(step, read["mass"], per_example))
+
+    def _read(self, step: int, values: list[float], per_example: bool) -> None:
         metrics = {"logit/p_correct": values[0], "logit/entropy": values[1], "logit/top1": values[2]}
         examples = values[3:]
         metrics.update({f"logit/p_correct/example_{i}": p for i, p in enumerate(examples)})
