@@ -107,6 +107,26 @@ def test_clipping_applies_and_the_logged_norm_is_before_it(make_config, tmp_path
     assert not math.isclose(loss[last], clipped_loss[last], rel_tol=1e-4), (loss, clipped_loss)
 
 
+def test_bf16_mixed_clips_the_fused_default_s_gradients(make_config, tmp_path):
+    """Lightning refuses to clip for a fused optimizer under mixed precision (fp16's loss scale); bf16 has none:
+    the run clips, and a clip this tight trains otherwise than no clip."""
+    common = ("n=2", "data.length=8", "mode.max_steps=4", "mode.target_loss=0", "preflight=false")
+    losses = {}
+    for name, clip in (("plain", "null"), ("clipped", "0.01")):
+        verdict = run(
+            make_config(
+                *common,
+                "trainer.precision=bf16-mixed",
+                f"trainer.gradient_clip_val={clip}",
+                run_dir=tmp_path / name,
+            )
+        )
+        assert verdict["status"] == "FAIL" and verdict["steps"] == 4, verdict  # trained all 4 steps
+        losses[name] = logged(tmp_path / name, "train/loss")
+    last = max(losses["plain"])
+    assert not math.isclose(losses["plain"][last], losses["clipped"][last], rel_tol=1e-3), losses
+
+
 def test_accumulation_takes_the_trainer_key(make_config):
     cfg = make_config(
         "mode=full",

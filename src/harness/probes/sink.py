@@ -5,6 +5,7 @@ values reach it through the run's readout (harness.train.perf.readout): one copy
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
@@ -12,7 +13,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from harness.probes.trackers import has_tracker, log_scalars, log_table
 from harness.report.symptoms import Symptom, nonfinite
 from harness.train.nonfinite import NonFinite
-from harness.train.perf.readout import Read, read_all, readout_of
+from harness.train.perf.readout import read_all, readout_of
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ class MetricSink(pl.Callback):
         self.symptoms: list[Symptom] = []  # in the order they were first seen
         self.seen: set[tuple[str, str]] = set()
         self.readout = None  # the run's Readout; without one (a bare Trainer), the sink reads its own queue
-        self.queued: list[tuple[dict, Read]] = []
+        self.queued: list[tuple[dict, Callable]] = []
 
     def on_train_start(self, trainer, pl_module) -> None:
         readout = readout_of(trainer)
@@ -34,7 +35,7 @@ class MetricSink(pl.Callback):
             readout.after(self.flush)  # the rows the readers added, written after the readout's one copy
         self.readout = readout
 
-    def defer(self, step: int, tensors: dict, read: Read) -> None:
+    def defer(self, step: int, tensors: dict, read: Callable) -> None:
         """Queue device `tensors` for `read(values)` (host floats, nested lists for tensors of 1 or more
         dimensions), copied with the step's other values at the end of the batch."""
         if self.readout is not None:

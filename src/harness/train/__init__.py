@@ -5,4 +5,4 @@ trainer.py      Trainer, callbacks;   rules.py   the keys' rules
 overfit.py      mode=overfit;   full_run.py   mode=full;   optim.py   optimizer, schedule
 loggers.py      the trackers;   checkpoints.py   checkpoints, resume
 interrupt.py    a signal mid-step;   nonfinite.py   the guard;   profiling.py   debug=profiler
-distributed/    several processes"""
+distributed/    several processes;   perf/   how fast, and what slows it"""

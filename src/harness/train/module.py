@@ -9,11 +9,13 @@ from collections.abc import Callable
 import pytorch_lightning as pl
 import torch
 from einops import rearrange
+from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import nn
 
 from harness.compat import lightning_logs_now
 from harness.ops.loss import CrossEntropy, Loss, own_reduction
-from harness.train.optim import adamw, optimizer_and_schedule
+from harness.train.optim import adamw, optimizer_and_schedule, unfused_where_sharded
 from harness.train.perf.readout import readout_of
 from harness.train.step_loss import StepLoss
 
@@ -58,7 +60,9 @@ def _masked_metrics(stats: torch.Tensor, loss_mask: torch.Tensor) -> dict:
 class HarnessModule(pl.LightningModule):
     """Trains `model` on Batch dicts; logs loss, acc and p_correct under train/ and val/."""
 
-    flushes_readout = True  # its on_train_batch_end, the batch's last hook, copies the step's values to the host
+    flushes_readout = (
+        True  # its on_train_batch_end, the batch's last hook, copies the step's values to the host
+    )
 
     def __init__(
         self,
@@ -119,7 +123,9 @@ class HarnessModule(pl.LightningModule):
         mean = self.loss(logits, batch["targets"], batch["loss_mask"])
         # the backward's loss: this micro-batch's share of the step's, by its count of masked positions (no sync)
         loss = self.step_loss.weigh(mean, batch["loss_mask"], *self.data_parallel())
-        self.step_lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # this step's; the schedule moves on first
+        self.step_lr = self.trainer.optimizers[0].param_groups[0][
+            "lr"
+        ]  # this step's; the schedule moves on first
         self.step_logged = self.trainer.global_step  # the step Lightning files this step's metrics under
         # the logits, detached, for the metrics and the logit-mass probe (step_stats): no second forward pass
         return {"loss": loss, "logits": logits.detach()}
@@ -135,7 +141,23 @@ class HarnessModule(pl.LightningModule):
 
         optimizer.step(closure=closure)
 
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Lightning's, but under bf16-mixed with a fused optimizer (the default): there it refuses to clip, for
+        fp16's sake (a fused step undoes the loss scale itself), though bf16 has no loss scale to undo."""
+        plugin = self.trainer.precision_plugin
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is None and gradient_clip_val:
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+            Precision.clip_gradients(
+                plugin, optimizer, gradient_clip_val, algorithm
+            )  # the true gradients, clipped
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def on_train_start(self) -> None:
+        for optimizer in self.trainer.optimizers:  # a parameter given to it since it was built
+            unfused_where_sharded(optimizer)
         if own_reduction(self.loss) and self.trainer.is_global_zero and max(self.data_parallel()) > 1:
             log.warning(
                 "loss: %s has a __call__ of its own: its value is read as each micro-batch's mean over its masked "

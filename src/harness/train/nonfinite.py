@@ -61,7 +61,9 @@ class NonFiniteGuard(pl.Callback):
         # the gradients this step's check read and their norms (Float[param], stacked), until the batch ends: the
         # layer probe (harness.probes.layers.norms), which runs after the guard, logs them instead of taking them again
         self.checked: tuple[list[torch.Tensor], torch.Tensor | None] = ([], None)
-        self.unread: dict[int, tuple] = {}  # step -> (its parameters' names, norms, batch) until its flag is read
+        self.unread: dict[
+            int, tuple
+        ] = {}  # step -> (its parameters' names, norms, batch) until its flag is read
         self.found: NonFinite | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -87,7 +89,7 @@ class NonFiniteGuard(pl.Callback):
         self.checked = ([p.grad for _, p in params], norms)
         inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's wrapper's
         readout = readout_of(trainer)
-        if readout is None or not skips_on_device(inner):
+        if readout is None or not _skips_on_device(inner):
             if not bool(torch.isfinite(norms).all()):
                 self._found(trainer.global_step, [n for n, _ in params], norms, self.batch, pl_module)
                 optimizer.zero_grad(set_to_none=True)
@@ -109,7 +111,9 @@ class NonFiniteGuard(pl.Callback):
         the first parameter whose gradient is not."""
         module = first_nonfinite_module(pl_module.model, batch["input_ids"])
         grads = [n for n, norm in zip(names, norms.tolist(), strict=True) if not math.isfinite(norm)]
-        where = f"module {module} outputs a non-finite value" if module else f"non-finite gradient in {grads[0]}"
+        where = (
+            f"module {module} outputs a non-finite value" if module else f"non-finite gradient in {grads[0]}"
+        )
         self.found = NonFinite(step, where)
 
     def _stop_if_found(self, trainer) -> None:
@@ -119,7 +123,7 @@ class NonFiniteGuard(pl.Callback):
             raise self.found
 
 
-def skips_on_device(optimizer) -> bool:
+def _skips_on_device(optimizer) -> bool:
     """Whether `optimizer.step` skips its update where `optimizer.found_inf` is 1: torch's fused kernels do."""
     fused = any(group.get("fused") for group in getattr(optimizer, "param_groups", []))
     return fused and isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD))

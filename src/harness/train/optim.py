@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from functools import partial
 
 import torch
 from torch import nn
+
+from harness.train.distributed.shard_sums import any_sharded
+
+log = logging.getLogger(__name__)
 
 
 def embedding_weights(model: nn.Module) -> set[int]:
@@ -32,7 +37,23 @@ def optimizer_and_schedule(
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
     """The `optim` config's optimizer over `model`'s groups, and the `schedule` config's scheduler (or None)."""
     made = optimizer(parameter_groups(model))
+    unfused_where_sharded(made)
     return made, None if schedule is None else schedule(made, total_steps=total_steps)
+
+
+def unfused_where_sharded(optimizer: torch.optim.Optimizer) -> None:
+    """Fused kernels under sharding (trainer=fsdp) run unfused where they cannot: SGD's has no rule for sharded
+    (DTensor) parameters, and none takes sharded and plain ones at once (one made after the model was sharded:
+    checked again as training starts). Unfused, the non-finite guard reads its flag on the host each step."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    sharded = [any_sharded([p]) for p in params]
+    fused = any(group.get("fused") for group in optimizer.param_groups)
+    if fused and any(sharded) and (isinstance(optimizer, torch.optim.SGD) or not all(sharded)):
+        for group in optimizer.param_groups:
+            group["fused"] = False
+        log.info(
+            "optim: %s's fused step cannot take these sharded parameters: unfused", type(optimizer).__name__
+        )
 
 
 def adamw(lr: float = 3e-3, **kwargs) -> Callable:

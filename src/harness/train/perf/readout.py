@@ -15,9 +15,6 @@ from harness.report.symptoms import Symptom
 
 log = logging.getLogger(__name__)
 
-#: what a reader gets for each tensor it queued: a float for a 0-d tensor, else nested lists of floats
-Read = Callable[[dict], None]
-
 
 def _nested(flat: list[float], shape: tuple[int, ...]):
     """`flat` as nested lists of `shape` (a float for ())."""
@@ -29,7 +26,7 @@ def _nested(flat: list[float], shape: tuple[int, ...]):
     return [_nested(flat[i * size : (i + 1) * size], shape[1:]) for i in range(shape[0])]
 
 
-def read_all(queued: list[tuple[dict, Read]]) -> None:
+def read_all(queued: list[tuple[dict, Callable[[dict], None]]]) -> None:
     """Copy every tensor of `queued` to the host in one transfer (one a device), then call each reader with its
     values."""
     tensors = [t for values, _ in queued for t in values.values()]
@@ -57,13 +54,15 @@ class Readout(pl.Callback):
     Readout flushes in its own on_train_batch_end (add it as the last callback)."""
 
     def __init__(self):
-        self.queued: list[tuple[dict, Read]] = []
+        self.queued: list[tuple[dict, Callable[[dict], None]]] = []
         self.rows: dict[int, dict[str, float]] = {}
         self.hooks: list[Callable[[pl.Trainer], None]] = []
         self.symptoms: list[Symptom] = []  # in the order first seen
         self.seen: set[tuple[str, str]] = set()
 
-    def defer(self, step: int, tensors: dict[str, torch.Tensor], read: Read | None = None) -> None:
+    def defer(
+        self, step: int, tensors: dict[str, torch.Tensor], read: Callable[[dict], None] | None = None
+    ) -> None:
         """Queue `tensors` (on any device) to be copied at the next flush; `read(values)` then gets them as host
         floats (nested lists for tensors of 1 or more dimensions); without `read` they are logged at `step`."""
         if tensors:
