@@ -95,6 +95,7 @@ class Train:
     trainer: Any = None
     logger: Any = None
     probes: Any = None
+    perf: Any = None  # conf/perf/: the speed figures and the time split (harness.train.perf)
     callbacks: Any = None  # conf/callbacks/: Lightning callbacks, each a _target_ node
     debug: Any = None  # conf/debug/ (optional): fdr | limit | profiler | anomaly
     paths: Any = None  # conf/paths/: data_dir, log_dir, output_dir

@@ -5,6 +5,7 @@
     summary.py           the sweep summary; SweepSummary
     plots.py             the sweep's figures
     run_page.py          a run's report.html
+    speed.py             its Speed section: the speed figures, where a step's time goes
     sweep_page.py        a sweep's report.html
     run_files.py         a run dir's files read back
     html.py              the pages' pieces

@@ -1,6 +1,6 @@
 """A report page's charts without matplotlib (a page costs milliseconds): `line_chart` (inline SVG of Series,
-Marks and Levels on a log or linear axis), `heat_map` (one row a layer, one column a step) and `png` (an RGB PNG
-written byte by byte)."""
+Marks and Levels on a log or linear axis), `heat_map` (one row a layer, one column a step), `stacked_bar` (shares
+of a whole) and `png` (an RGB PNG written byte by byte)."""
 
 from __future__ import annotations
 
@@ -286,4 +286,33 @@ def heat_map(title: str, names: list[str], steps: list[int], rows: list[list[flo
     return (
         f'<figure><div class="heat"><ol>{names_html}</ol><img alt="{escape(title)}" style="height:{12 * len(names)}px" '
         f'src="{data_url(png(pixels))}"></div><figcaption>{escape(title)}: {escape(legend)}</figcaption></figure>'
+    )
+
+
+def stacked_bar(title: str, parts: list[tuple[str, float]], width: int = 1060, height: int = 28) -> str:
+    """One horizontal bar of `parts` (name, share of the whole), each as wide as its share, labelled where it
+    fits; a share that is not a finite number above 0 is left out."""
+    shown = [(name, share) for name, share in parts if _is_finite_number(share) and share > 0]
+    whole = sum(share for _, share in shown)
+    if not whole:
+        return missing(f"{title}: nothing recorded")
+    blocks, legend, x = [], [], 0.0
+    for i, (name, share) in enumerate(shown):
+        color, w = PALETTE[i % len(PALETTE)], share / whole * width
+        label = f"{name} {share:.0%}"
+        text = (
+            f'<text x="{x + 4:.1f}" y="{height / 2 + 4:.0f}" fill="#fff">{escape(label)}</text>'
+            if w > 7 * len(label)
+            else ""
+        )
+        blocks.append(
+            f'<g class="part"><title>{escape(label)}</title><rect x="{x:.1f}" y="0" width="{w:.1f}" '
+            f'height="{height}" fill="{color}"/>{text}</g>'
+        )
+        legend.append(f'<span style="color:{color}">■ {escape(label)}</span>')
+        x += w
+    return (
+        f'<figure><svg class="chart" role="img" aria-label="{escape(title)}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-size="11" font-family="system-ui,sans-serif">{"".join(blocks)}</svg>'
+        f"<figcaption>{escape(title)}: {' '.join(legend)}</figcaption></figure>"
     )

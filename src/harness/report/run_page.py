@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
 from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
+from harness.report.speed import speed_part
 from harness.report.verdict import STOPPED, exit_code, verdict_in, write_atomic
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def _per_parameter(name: str) -> bool:
 
 
 def _drawn_column(name: str) -> bool:
-    return name in LOSSES or name in P_CORRECT or _per_parameter(name)
+    return name in LOSSES or name in P_CORRECT or _per_parameter(name) or name.startswith("perf/")
 
 
 def _as_list(value) -> list:
@@ -365,6 +366,7 @@ def write_run_page(run_dir: Path, defaults: bool = True) -> Path:
         section("preflight", "Preflight", _part_or_note("the preflight", _preflight_part, v)),
         section("symptoms", "Symptoms", _part_or_note("the symptoms", _symptoms_part, v)),
         section("curves", "Curves", _part_or_note("the curves", _curves_part, v, metrics, goal, run_dir)),
+        section("speed", "Speed", _part_or_note("the speed", speed_part, v, metrics.curves)),
         section(
             "datapoints",
             "Datapoints",

@@ -34,7 +34,21 @@ COLUMNS = (
     "reach_init",
     "reach_final",
 )
-EXTRA = ("model_group", "mode", "n", "data", "seed", "val_loss", "symptoms", "seconds", "job", "error")
+#: then, where any job has them: the speed's medians (verdict.json perf: tokens a second, model FLOPs utilization)
+EXTRA = (
+    "model_group",
+    "mode",
+    "n",
+    "data",
+    "seed",
+    "val_loss",
+    "symptoms",
+    "seconds",
+    "tokens_per_s",
+    "mfu",
+    "job",
+    "error",
+)
 #: the metrics.csv columns of the loss curves (Lightning's CSVLogger, see HarnessModule)
 LOSS, VAL_LOSS = "train/loss", "val/loss"
 PLOTS = ("grad_by_position.png", "reach.png", "loss.png")
@@ -85,6 +99,7 @@ def _read_job(job_dir: Path) -> Job:
     unread = "; ".join(why for why in (unread, bad_cfg, bad_hydra) if why)
     mode = select(cfg, "mode.name") or verdict.mode
     n = (select(cfg, "n") or verdict.n) if mode == "overfit" else None  # n means nothing in full mode
+    perf = verdict.items.get("perf") if isinstance(verdict.items.get("perf"), dict) else {}
     row = {
         # the model's class (a sweep over model.arch tells its rows apart), else its config's _target_
         "model": verdict.model or str(select(cfg, "model._target_") or "").rpartition(".")[2] or None,
@@ -105,6 +120,8 @@ def _read_job(job_dir: Path) -> Job:
         # the names of what the run showed while it trained (verdict.json symptoms), one each
         "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
         "seconds": _as_float(verdict.seconds),
+        "tokens_per_s": _as_float(perf.get("tokens_per_s")),
+        "mfu": _as_float(perf.get("mfu")),
         "job": job_dir.name,
         "error": "; ".join(why for why in (verdict.error, unread) if why) or None,
     }
@@ -152,7 +169,7 @@ def _cell(key: str, value, markdown: bool) -> str:
             return str(value)
         if not markdown:
             return format(value, ".6g")
-        return format(value, {"accuracy": ".2f", "seconds": ".1f"}.get(key, ".3g"))
+        return format(value, {"accuracy": ".2f", "seconds": ".1f", "tokens_per_s": ".0f"}.get(key, ".3g"))
     text = str(value)
     if markdown:  # one line, no column breaks, short enough to read in a table
         text = text.replace("|", "\\|").replace("\n", " ")

@@ -28,9 +28,20 @@ SUGGESTIONS = {
     "debug=anomaly to see the operation",
     "dead_params": "the parameter gets no gradient: it is unused in forward, frozen, or cut off from the loss "
     "(a .detach(), an integer cast, a branch never taken)",
+    "data_wait": "the steps wait on the training loader: give it worker processes (data.num_workers=4, or one a "
+    "core the run leaves free), pin_memory=True in its DataLoader on a GPU, and move decoding and tokenizing out of "
+    "__getitem__ into `python -m harness.cli.prepare` (data=corpus then reads ready token shards)",
     "ranks_diverged": "every rank must apply the same update: make every parameter in the model's __init__, before "
     "the strategy wraps or shards it (one added or replaced later gets no averaged gradient); change weights or "
     "optimizer state on every rank alike, never on one; resume every rank from the same checkpoint",
+    "host_sync": "keep the value on the device (a mask or torch.where instead of an if, a sum kept as a tensor), read "
+    "it on logging steps only, and make constant tensors once (a buffer in __init__), not torch.tensor(..., device=) "
+    "every step",
+    "recompiles": "make what the failed guard reads the same every call: mark a changing dimension dynamic "
+    "(torch._dynamo.mark_dynamic), keep Python values that change out of forward (or in a tensor), build objects "
+    "forward reads once; raising torch._dynamo.config.recompile_limit only hides it",
+    "straggler": "make that rank's work lighter where it loses the time: more loader workers (data.num_workers) or a "
+    "faster source for data loading; otherwise look at what else runs on its host, or at its device",
 }
 
 #: the statuses a symptom turns into SYMPTOM when asked (probes.symptoms.fail=true); others already fail

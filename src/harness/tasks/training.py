@@ -42,6 +42,7 @@ from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
 from harness.train.perf.readout import Readout, readout_of
+from harness.train.perf.watches import perf_callbacks, speed_of
 from harness.train.trainer import build_callbacks, build_trainer
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def trainer_for(training: Training, data, module, added: tuple) -> tuple:
     cfg, run_dir, mode = training.cfg, training.run_dir, training.mode
     probes, extra = added
     training.watch = watch_of(training, module)
-    callbacks = [
+    callbacks = perf_callbacks(cfg, run_dir) + [  # the speed's first: its marks open each round of hooks
         *start_checks(cfg, data, training.verdict, mode),
         NonFiniteGuard(),
         ResumeState(),
@@ -184,7 +185,7 @@ def trained_verdict(training: Training, trainer: pl.Trainer, module, probes: lis
     as a dict."""
     cfg, verdict, interrupt = training.cfg, training.verdict, training.interrupt
     verdict.steps = trainer.global_step
-    for probe in probes:  # e.g. dead_params, grad_by_position, inputs_identical, symptoms
+    for probe in [*probes, *speed_of(trainer)]:  # e.g. dead_params, grad_by_position, inputs_identical, perf
         verdict.items.update(probe.verdict_items() if hasattr(probe, "verdict_items") else {})
     readout = readout_of(trainer)  # the symptoms the probes and the speed's checks reported, in order
     found = readout.verdict_items()["symptoms"] if readout is not None else []

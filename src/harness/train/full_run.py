@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from harness.report.speed import speed_line
 from harness.train.checkpoints import FinalCheckpoint
 
 
@@ -43,4 +44,5 @@ class Full:
         verdict.p_correct = metrics.get("val/p_correct")
 
     def summary(self, verdict) -> str:
-        return f"DONE: {verdict.steps} steps, val loss {verdict.val_loss}, {verdict.seconds:.1f} s"
+        speed = speed_line(verdict.items.get("perf"))  # the speed's medians (harness.train.perf.speed)
+        return f"DONE: {verdict.steps} steps, val loss {verdict.val_loss}, {verdict.seconds:.1f} s{'; ' * bool(speed)}{speed}"
