@@ -2,7 +2,10 @@
 # GPU readiness in a few minutes, on a machine with a CUDA device:
 #   1. python train.py mode=overfit n=2 trainer=gpu                  bf16-mixed: preflight, then PASS/FAIL
 #   2. the same with compile=true                                    torch.compile (inductor, Triton kernels)
-#   3. BENCH_ACCELERATOR=gpu python -m benchmarks probes          what the probes cost a training step, on the GPU
+#   3. mode=full, the default model and model=gpt, every copy to the host CUDA sees counted by the line that asked
+#      (torch.cuda.set_sync_debug_mode): the harness's own must be none on a step that logs nothing, one on a
+#      logging step (tests/helpers/host_copies.py; tests/perf/test_host_copies.py counts the same on a CPU)
+#   4. BENCH_ACCELERATOR=gpu python -m benchmarks probes          what the probes cost a training step, on the GPU
 # Prints each result and exits non-zero if any step fails (2 when there is no GPU at all).
 #   scripts/gpu_check.sh                  PYTHON=python3 scripts/gpu_check.sh   (default: .venv/bin/python)
 set -euo pipefail
@@ -48,6 +51,25 @@ overfit() {
 
 overfit bf16
 overfit compiled compile=true
+
+# copies NAME ARGS...: a 30-step mode=full run on the GPU under CUDA's sync debug mode, the harness's copies judged
+copies() {
+  local name="$1"
+  shift
+  echo "== copies to the host, $name: train.py mode=full trainer=gpu $*"
+  if timeout 600 "$PYTHON" train.py mode=full mode.max_steps=30 preflight=false trainer=gpu "$@" \
+       "+callbacks.copies._target_=tests.helpers.host_copies.HostCopies" \
+       "+callbacks.copies.path=$OUT/$name.copies.json" "hydra.run.dir=$OUT/$name" >"$OUT/$name.log" 2>&1 \
+       && "$PYTHON" -m tests.helpers.host_copies "$OUT/$name.copies.json" 30 | sed 's/^/  /'; then
+    return 0
+  fi
+  echo "  FAILED; the last lines of $OUT/$name.log:"
+  tail -n 20 "$OUT/$name.log"
+  failures=$((failures + 1))
+}
+
+copies default
+copies gpt model=gpt
 
 echo "== probe benchmark: BENCH_ACCELERATOR=gpu python -m benchmarks probes"
 if ! BENCH_ACCELERATOR=gpu timeout 900 "$PYTHON" -m benchmarks probes; then

@@ -144,7 +144,9 @@ class StopAtTarget(pl.Callback):
         if readout is None:
             self._read(trainer, step, pl_module.last_loss.item())
         else:
-            readout.defer(step, {"loss": pl_module.last_loss}, lambda read: self._read(trainer, step, read["loss"]))
+            readout.defer(
+                step, {"loss": pl_module.last_loss}, lambda read: self._read(trainer, step, read["loss"])
+            )
 
     def _read(self, trainer, step: int, loss: float) -> None:
         self.last_loss = loss

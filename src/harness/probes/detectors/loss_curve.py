@@ -19,7 +19,9 @@ class LossRules:
         if self.pending_losses:
             losses = torch.stack([v.float().reshape(()) for v in self.pending_losses])
             self.pending_losses = []
-            self.sink.defer(step, {"losses": losses}, lambda read: self.read_values.update({step: read["losses"]}))
+            self.sink.defer(
+                step, {"losses": losses}, lambda read: self.read_values.update({step: read["losses"]})
+            )
 
     def read_losses(self, step: int, kept: bool = False) -> None:
         """Check the losses read up to `step` (and, `kept`, those still on the device: one transfer)."""

@@ -87,10 +87,12 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.ending = True  # the rows flushed from here on are the end of training's
-        self.read_losses(trainer.global_step - 1, kept=True)  # the last step's loss, global_step having moved past it
+        # the last step's loss, global_step having moved past it
+        self.read_losses(trainer.global_step - 1, kept=True)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        self.read_losses(trainer.global_step, kept=True)  # a step that raised (NonFinite) follows the losses read here
+        # a step that raised (NonFinite) follows the losses read here
+        self.read_losses(trainer.global_step, kept=True)
 
     def read(self, step: int, row: dict) -> None:
         """The sink's row of `step` (called at each flush): the checks whose numbers it holds."""

@@ -116,7 +116,7 @@ class Activations(Probe):
     forwards call."""
 
     def __init__(
-        self, every: int | None = 20, include: list[str] | None = None, exclude: list[str] | None = None
+        self, every: int | None = 50, include: list[str] | None = None, exclude: list[str] | None = None
     ):
         super().__init__(every)
         # several calls in one forward: the mean; with gradient accumulation, the step's first micro-batch
@@ -228,7 +228,9 @@ class Activations(Probe):
             self.functions = any("/" in name for name, *_ in self.calls)
         if self.step is None or not self.calls:
             return
-        stacked = torch.stack([t for *_, stats in self.calls for t in stats])  # read with the step's other values
+        stacked = torch.stack(
+            [t for *_, stats in self.calls for t in stats]
+        )  # read with the step's other values
         step, calls = self.step, self.calls
         self.sink.defer(step, {"stats": stacked}, lambda read: self._read(step, calls, read["stats"]))
         self.calls, self.step = [], None

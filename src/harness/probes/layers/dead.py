@@ -67,7 +67,8 @@ class DeadGradients(Probe):
             self.pending = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.pending is not None:  # the flags, read with the step's other values on the steps this probe logs
+        # the flags, read with the step's other values on the steps this probe logs
+        if self.pending is not None:
             step, self.pending = self.pending, None
             self.sink.defer(step, {"fired": self.fired.clone()}, lambda read: self._read(step, read["fired"]))
 

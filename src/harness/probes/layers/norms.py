@@ -114,7 +114,9 @@ class ParameterNorms(Probe):
             return
         norms = [part.sqrt().float() for part in parts]
         packed = torch.cat([grads, *norms])  # read with the step's other values: one transfer
-        self.sink.defer(step, {"norms": packed}, lambda read: self._read(step, read["norms"], missing, weights, ratio_now))
+        self.sink.defer(
+            step, {"norms": packed}, lambda read: self._read(step, read["norms"], missing, weights, ratio_now)
+        )
 
     def _read(self, step: int, packed: list[float], missing: int, weights, ratio_now: bool) -> None:
         count = len(self.params)

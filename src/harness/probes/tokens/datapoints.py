@@ -78,7 +78,7 @@ class Datapoints(Probe):
         examples: int = 4,
         prompts: int = 3,
         tokens: int = 32,
-        generate_every: int = 500,
+        generate_every: int = 1000,
     ):
         super().__init__(every)
         self.examples = checked_whole_number("examples", examples, 1, "examples shown of each split (try 4)")
@@ -87,7 +87,7 @@ class Datapoints(Probe):
         )
         self.tokens = checked_whole_number("tokens", tokens, 0, "characters each continuation adds (try 32)")
         self.generate_every = checked_whole_number(
-            "generate_every", generate_every, 1, "steps between continuations (try 500)"
+            "generate_every", generate_every, 1, "steps between continuations (try 1000)"
         )
         self.prompts = 0  # `asked` where the run generates (on_train_start)
         self.batches: dict[str, dict[str, torch.Tensor]] = {}

@@ -64,7 +64,8 @@ class ReseedProof(Probe):
 
     def __init__(self, every: int | None = 1):
         super().__init__(every)
-        self.first: tuple | None = None  # the first step's batch (its tensors kept), random state and its digest
+        # the first step's batch (its tensors kept), random state and its digest
+        self.first: tuple | None = None
         self.identical = True
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
