@@ -97,7 +97,9 @@ def cpu_model() -> str:
 
 def _matmul_rate(dtype: torch.dtype) -> float:
     """FLOP/s of the fastest pair of SIZE x SIZE products in `dtype` over BUDGET_S seconds on this thread count."""
-    a, b = torch.randn(SIZE, SIZE).to(dtype), torch.randn(SIZE, SIZE).to(dtype)
+    # a generator of its own: the run's random stream is the same whether the peak was measured or read back
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(SIZE, SIZE, generator=generator).to(dtype) for _ in range(2))
     a @ b  # the first product pays for the kernel's set-up
     best, started = 0.0, time.perf_counter()
     while time.perf_counter() - started < BUDGET_S:
