@@ -60,10 +60,18 @@ def shown_path(path: str) -> str:
     return path[len(max(roots, key=len)) :].lstrip(os.sep) if roots else path
 
 
+def _installed(path: str) -> bool:
+    """Whether `path` is a file of an installed package (site-packages), not the project's own."""
+    return ("site-packages" in path or "dist-packages" in path) and not path.startswith(HARNESS)
+
+
 def user_site(frame: FrameType | None) -> str | None:
-    """`file:line` of the code that asked, from `frame` out: the innermost frame outside torch; None where that is
-    the harness's or Lightning's own."""
+    """`file:line` of the code that asked, from `frame` out: the innermost frame outside torch and the installed
+    libraries (a library's copy is named by the line that called into it: the one a user can change); None where
+    that is the harness's or Lightning's own."""
     frame = outside(frame, (TORCH,))
+    while frame is not None and _installed(frame.f_code.co_filename):
+        frame = frame.f_back
     if frame is None or frame.f_code.co_filename.startswith(NOT_USERS):
         return None
     return f"{shown_path(frame.f_code.co_filename)}:{frame.f_lineno}"
