@@ -17,7 +17,7 @@ from benchmarks import OUT, machine
 #: benchmark modules under benchmarks, each with main() -> {figure: (value, target met?[, spread])}; None: no target
 VERDICT = {True: ("target met", "yes"), False: ("TARGET MISSED", "NO"), None: ("no target", "")}
 #: make bench: under 30 minutes on 2 cores (23.5 measured, the probes' 22: three sizes up to GPT-2's, 3 repetitions)
-BENCHMARKS = ("twins", "loop", "faults", "report_page", "probes", "perf", "kernels")
+BENCHMARKS = ("twins", "loop", "faults", "report_page", "probes", "perf")
 #: make bench-long (`python -m benchmarks long`): about an hour more on 2 cores, each its own subject (the probes
 #: under sharding and the checks of several ranks, a GPT-2-size preflight, a corpus prepared, start-up, sweeps,
 #: nanoGPT's loop)

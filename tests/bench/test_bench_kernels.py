@@ -1,4 +1,4 @@
-"""The kernels benchmark (benchmarks/kernels.py) at a few steps: each variant's count an average step, the probes
+"""The kernels benchmark (benchmarks/perf.py's kernels_main) at a few steps: each variant's count an average step, the probes
 adding some, wandb.watch adding more at its period than the probes do at theirs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 pytest.importorskip("harness.probes", reason="this project has no probes")
-from benchmarks import kernels  # noqa: E402 -- it imports the probes
+from benchmarks import perf as kernels  # noqa: E402 -- it imports the probes
 
 
 def test_the_counter_counts_every_aten_operation_once():

@@ -13,7 +13,7 @@ from benchmarks import perf  # noqa: E402 -- it imports the probes
 
 def test_the_cost_benchmark_measures_both_figures(tmp_path, monkeypatch, one_thread):
     monkeypatch.chdir(tmp_path)  # outputs/bench/ under the test's folder
-    figures = perf.main(reps=1, inner=20)
+    figures = perf.main(reps=1, inner=20, kernels=False)
     assert set(figures) == {"perf", "perf_hooks"}, figures
     ratio, met, (low, high, reps) = figures["perf"]
     assert (
