@@ -195,3 +195,9 @@ def run_train(tmp_path, data_root):
         return train(*args, cwd=tmp_path, data_root=data_root, **kwargs)
 
     return run
+
+
+def metrics_but_the_clock(run_dir: Path) -> list[dict]:
+    """metrics.csv's rows, each without the perf/ columns: seconds and rates, which the machine decides."""
+    with open(Path(run_dir) / "metrics.csv") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(f)]

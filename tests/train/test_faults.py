@@ -4,7 +4,6 @@ shape and bad input are refused in one line, a corrupt data folder is refused.""
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -16,22 +15,15 @@ import torch
 from harness.errors import ConfigError
 from harness.report.verdict import exit_code, read_verdict
 from harness.tasks.training import run
-from tests.conftest import PROBES_OFF, ROOT, start_train, wait_for_steps
+from tests.conftest import PROBES_OFF, ROOT, metrics_but_the_clock, start_train, wait_for_steps
 from tests.train.conftest import FORK, FULL, _rows, _weights
 
 
 def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
     for name in ("a", "b"):
         run(make_config("n=2", "model.dropout=0.2", "preflight=false", run_dir=tmp_path / name))
-    # every column but the clock's (perf/: seconds and rates, which the machine decides)
-    runs = []
-    for name in ("a", "b"):
-        with open(tmp_path / name / "metrics.csv") as f:
-            runs.append(
-                [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(f)]
-            )
-    same = runs[0]
-    assert same == runs[1]
+    same = metrics_but_the_clock(tmp_path / "a")
+    assert same == metrics_but_the_clock(tmp_path / "b")
     assert len(same) > 10 and any(k.startswith("train/") for row in same for k in row if row[k]), same[:3]
 
 
