@@ -47,7 +47,9 @@ def test_every_default_period_divides_a_repetition():
         for name, entry in probes.items()
         if isinstance(entry, DictConfig)
         for key, value in entry.items()
-        if key.endswith("every") and isinstance(value, int) and key != "generate_every"
+        if key.endswith("every") and key != "generate_every"
+        for value in ([value.overfit] if isinstance(value, DictConfig) else [value])  # given per mode
+        if isinstance(value, int)
     }
     assert {"norms.every", "histograms.every", "datapoints.every", "activations.every"} <= set(periods)
     assert {key: p for key, p in periods.items() if INNER % p} == {}

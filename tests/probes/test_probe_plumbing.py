@@ -147,6 +147,19 @@ def test_a_forks_probe_logs_through_the_sink_in_a_real_run(make_config, tmp_path
     assert logged == {0: 1.0, 2: 2.0, 4: 3.0} and verdict["counted"] == 3, (logged, verdict.get("counted"))
 
 
+def test_an_argument_given_per_mode_takes_the_runs_mode_and_a_plain_value_serves_both(make_config, tmp_path):
+    def activations_every(cfg, overfit: bool) -> int:
+        (probes,) = build(cfg.probes, "probes", run_dir=tmp_path, data=None, overfit=overfit)
+        (activations,) = [p for p in probes.probes if type(p).__name__ == "Activations"]
+        return activations.every
+
+    default, plain = make_config(), make_config("probes.activations.every=5")
+    one_mode = make_config("probes.activations.every.full=100")
+    assert [activations_every(default, True), activations_every(default, False)] == [20, 50]
+    assert [activations_every(plain, True), activations_every(plain, False)] == [5, 5]
+    assert [activations_every(one_mode, True), activations_every(one_mode, False)] == [20, 100]
+
+
 def test_old_layers_key_still_sets_the_norms_probe(make_config, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="harness.probes")
     cfg = make_config("probes.layers.every=5", "probes.layers.ratio_every=3")

@@ -23,9 +23,6 @@ from tests.conftest import (
 from tests.scale.conftest import SHORT, metrics, mismatches
 
 SICK = ["preflight=false", "probes.datapoints=null", "probes.embeddings=null", "mode.target_loss=0"]
-SICK += [
-    "probes.activations.every=20"
-]  # three readings of a layer's outputs in 60 steps (its default: every 50)
 
 
 @needs_probes

@@ -8,9 +8,6 @@ from harness.tasks.training import run
 from tests.conftest import compose_config
 
 QUICK = ["preflight=false", "probes.plots=false", "probes.datapoints=null", "probes.embeddings=null"]
-QUICK += [
-    "probes.activations.every=20"
-]  # a layer's outputs read three times in 60 steps (its default: every 50)
 
 
 def _run(tmp_path_factory, data_root, name: str, *overrides: str) -> tuple[Path, dict]:

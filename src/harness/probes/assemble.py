@@ -23,6 +23,8 @@ SETTINGS = ("enabled", "plots", "wandb_watch", "extra")
 ALIASES = {"layers": "norms"}
 #: keys of an entry that the builder reads, not passed to the probe
 BUILDER_KEYS = ("full", "enabled")
+#: an argument may be given per mode, `{overfit: A, full: B}`: short overfit runs can afford a denser reading
+MODES = ("overfit", "full")
 
 
 def from_config(run_dir: Path, data, overfit: bool, loss=None, **sections) -> list[pl.Callback]:
@@ -82,6 +84,11 @@ def _with_aliases(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def _per_mode(value) -> bool:
+    """Whether an argument's `value` is given per mode: `{overfit: A, full: B}`."""
+    return isinstance(value, DictConfig) and set(value.keys()) == set(MODES)
+
+
 def _build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
     """The callback the entry at `key` builds, or None where it is off; a mistake is a ConfigError naming it."""
     if node is None:
@@ -94,6 +101,10 @@ def _build_entry(key: str, node, overfit: bool) -> pl.Callback | None:
     if not node.get("enabled", True) or not (overfit or node.get("full", True)):
         return None
     spec = OmegaConf.masked_copy(node, [k for k in node if k not in BUILDER_KEYS])
+    with open_dict(spec):
+        for name, value in list(spec.items()):
+            if _per_mode(value):
+                spec[name] = value[MODES[0] if overfit else MODES[1]]
     try:
         probe = build(spec, key)
     except ConfigError as err:  # an argument the probe refused, named by the probe itself: name it in full
