@@ -38,6 +38,7 @@ CHECKS = {
     "split_overlap",
     "train_loader",
     "epoch_order",
+    "val_order",
     "static_batches",
     "gradient_flow",
     "batch_independence",

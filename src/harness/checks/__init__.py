@@ -14,6 +14,7 @@ from harness.checks.data.reads import DataReads
 from harness.checks.data.roundtrip import data_roundtrip, static_batches
 from harness.checks.data.special_tokens import special_tokens
 from harness.checks.data.split_overlap import split_overlap
+from harness.checks.data.val_order import val_order
 from harness.checks.model.architecture import attention_scale, residual, stable_log_probs
 from harness.checks.model.at_init import determinism, global_rng, init_loss, twins
 from harness.checks.model.dependence import batch_independence, causality, input_dependence, word_order
@@ -47,6 +48,7 @@ DATA_CHECKS = (
     split_overlap,
     train_loader,
     epoch_order,
+    val_order,
     static_batches,
 )
 
@@ -63,6 +65,7 @@ __all__ = [
     "split_overlap",
     "train_loader",
     "epoch_order",
+    "val_order",
     "FAIL",
     "MODEL_CHECKS",
     "PASS",

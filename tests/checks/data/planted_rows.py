@@ -56,9 +56,8 @@ ECHOES = {
         "data_roundtrip": "ignores its index"
     },  # its rows are one example: no source fits
     "TimeMajorCollate": {"data_roundtrip": "time-major"},
-    "MutatingValLoader": {
-        "ids_in_range": "negative"
-    },  # a second read is out of the vocabulary: true, and said
+    # a second read is out of the vocabulary, and two validations read other examples: true, and said
+    "MutatingValLoader": {"ids_in_range": "negative", "val_order": "static_batches names the key"},
     # re-seeded for every batch, so for every epoch too: the same order, true, and said
     "SameBatchSampler": {"epoch_order": "re-seeded alike every pass"},
     # the end of text out of the loss: the round trip sees the mask end early, special_tokens no eos ever learned

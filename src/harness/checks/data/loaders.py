@@ -124,7 +124,7 @@ def train_loader(model, data, cfg=None) -> CheckResult:
     )
 
 
-def _sampler_epochs(loader: DataLoader, epochs: int = 2) -> list[list[int]]:
+def sampler_epochs(loader: DataLoader, epochs: int = 2) -> list[list[int]]:
     """The first ORDER indices of `loader`'s sampler in each of `epochs` epochs announced as Lightning does,
     read from a copy of the sampler."""
     dataset = loader.dataset
@@ -191,7 +191,7 @@ def epoch_order(model, data, cfg=None) -> CheckResult:
 
 def _sampler_order(loader: DataLoader) -> CheckResult:
     """epoch_order for a map-style dataset: its sampler's indices in epochs 0 and 1."""
-    first, second = _sampler_epochs(loader)
+    first, second = sampler_epochs(loader)
     if len(first) < 2:
         return CheckResult("epoch_order", PASS, "one example an epoch: no order to compare")
     if first != second:
