@@ -1,6 +1,6 @@
 """Token shards: a corpus's files cut into pieces and tokenized (the workers' side of harness.data.prepare),
 and read back through memory maps (TokenStore): meta.json and shard-NNNNN.bin files, the token stream in order
-(uint16 or uint32, no header)."""
+(uint16 or uint32, no header). A document: a text file, a .jsonl record, a .parquet row (pyarrow, lazily)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ TASK_BYTES = (256 << 10, 64 << 20)  # the least and most a worker's task (one sh
 
 
 class NotText(Exception):
-    """A file that is not UTF-8 (for .jsonl: not JSON records with the text field), or cannot be read; `fix`:
-    what to do (None: make it UTF-8 text)."""
+    """A file that is not UTF-8 (for .jsonl: not JSON records with the text field; for .parquet: no Parquet,
+    or no text column), or cannot be read; `fix`: what to do (None: make it UTF-8 text)."""
 
     def __init__(self, path: str, offset: int, reason: str, fix: str | None = None):
         super().__init__(path, offset, reason, fix)  # the parts as args: it crosses a process pool intact
@@ -30,6 +30,9 @@ class NotText(Exception):
 
 #: what to do about a file of the corpus that cannot be read
 UNREADABLE = "make it readable (its permissions), or leave it out of data.files"
+#: what to do about a .parquet file pyarrow cannot read
+DAMAGED = "write or download it again, or leave it out of data.files"
+PARQUET_BATCH = 1024  # rows decoded at a time, within one row group: a worker's memory on Parquet
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class Piece:
     @property
     def gz(self) -> bool:
         return self.path.endswith(".gz")
+
+    @property
+    def parquet(self) -> bool:
+        return self.path.endswith(".parquet")
 
 
 def _cut_after(data: bytes, lines: bool) -> int:
@@ -72,8 +79,8 @@ def _first_cut(data: bytes, lines: bool) -> int | None:
 
 
 def split_file(path: str, size: int, piece_bytes: int) -> list[Piece]:
-    """`path` as pieces of about `piece_bytes` (a .gz file is one piece: it cannot be entered part-way)."""
-    if path.endswith(".gz") or size <= piece_bytes:
+    """`path` as pieces of about `piece_bytes` (a .gz or .parquet file is one piece: not entered part-way)."""
+    if path.endswith((".gz", ".parquet")) or size <= piece_bytes:
         return [Piece(path)]
     starts = [0]
     with open(path, "rb") as f:
@@ -113,6 +120,9 @@ def read_texts(piece: Piece, text_field: str = "text"):
 
 
 def _texts(piece: Piece, text_field: str):
+    if piece.parquet:
+        yield from _rows(piece, text_field)
+        return
     with _open(piece) as stream:
         if piece.jsonl:
             yield from _records(stream, piece, text_field)
@@ -155,6 +165,81 @@ def _records(stream, piece: Piece, text_field: str):
                 raise NotText(piece.path, offset, f"the {text_field!r} field is not a string")
             yield value, True
         offset += len(line)
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+    view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or view(kind)
+
+
+def parquet_file(path: str, text_field: str):
+    """`path` opened as a pyarrow ParquetFile (its footer read), its `text_field` column checked to be text;
+    NotText (offset 0) if pyarrow is missing, the file is no Parquet, or it has no such text column."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        reason = "is Parquet, which needs the datasets extra (pyarrow is not installed)"
+        raise NotText(path, 0, reason, "pip install -e '.[datasets]'") from None
+    try:
+        file = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise NotText(
+            path, 0, f"is not a Parquet file, or is damaged ({_first_line(err)})", DAMAGED
+        ) from None
+    schema = file.schema_arrow
+    texts = [f.name for f in schema if _is_text(f.type)]
+    fix = f"set data.text_field={texts[0] if texts else '<the text column>'} (a column of strings)"
+    if text_field not in schema.names:
+        file.close()
+        raise NotText(path, 0, f"has no {text_field!r} column (it has: {', '.join(schema.names)})", fix)
+    if not _is_text(schema.field(text_field).type):
+        file.close()
+        kind = schema.field(text_field).type
+        raise NotText(path, 0, f"its {text_field!r} column holds {kind}, not text (strings)", fix)
+    return file
+
+
+def _rows(piece: Piece, text_field: str):
+    """Yield (the text column's value, True) of each row of a Parquet file, PARQUET_BATCH rows at a time."""
+    with parquet_file(piece.path, text_field) as file:
+        row = 0
+        for group in range(file.num_row_groups):
+            chunks = file.metadata.row_group(group).to_dict()["columns"]
+            chunks = [c for c in chunks if c["path_in_schema"] == text_field] or chunks
+            offset = min(c["dictionary_page_offset"] or c["data_page_offset"] for c in chunks)  # the column's
+            for values in _batches(file, group, text_field, piece.path, offset):
+                for value in values:
+                    if value is None:
+                        fix = "fill or drop its null rows, or leave it out of data.files"
+                        reason = f"the {text_field!r} column is null in row {row}"
+                        raise NotText(piece.path, offset, reason, fix)
+                    yield value, True
+                    row += 1
+
+
+def _batches(file, group: int, text_field: str, path: str, offset: int):
+    """Yield the values of the text column in row group `group`, a list of PARQUET_BATCH at a time; a page
+    that cannot be read is NotText at `offset` (where the column's chunk starts)."""
+    import pyarrow as pa
+
+    batches = file.iter_batches(PARQUET_BATCH, row_groups=[group], columns=[text_field], use_threads=False)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as err:
+            reason = f"row group {group} cannot be read as Parquet ({_first_line(err)})"
+            raise NotText(path, offset, reason, DAMAGED) from None
+        if batch is None:
+            return
+        yield batch.column(0).to_pylist()
 
 
 @dataclass(frozen=True)

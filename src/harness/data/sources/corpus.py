@@ -16,13 +16,13 @@ import sysconfig
 from pathlib import Path
 
 from harness.data.rules import held_out_fraction
-from harness.data.shards import UNREADABLE
+from harness.data.shards import UNREADABLE, NotText, parquet_file
 from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
 from harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SUFFIXES = (".txt", ".md", ".py", ".jsonl")  # what a folder contributes (and the same with .gz)
+SUFFIXES = (".txt", ".md", ".py", ".jsonl", ".parquet")  # what a folder takes (and .gz of the text ones)
 STDLIB_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
 
@@ -75,6 +75,20 @@ def _check_readable(path: Path) -> None:
         ) from None
 
 
+def _contributes(name: str) -> bool:
+    """Whether a folder's file of this name is part of the corpus: a suffix of SUFFIXES, or .gz of a text one."""
+    return name.removesuffix(".gz").endswith(SUFFIXES) and not name.endswith(".parquet.gz")
+
+
+def _check_parquet(path: str, text_field: str) -> None:
+    """A ConfigError naming a .parquet file of the corpus that pyarrow (or its absence) cannot read as text,
+    before any work: only its footer is read."""
+    try:
+        parquet_file(path, text_field).close()
+    except NotText as err:
+        raise ConfigError("data.files", path, f"{err.reason}; {err.fix}") from None
+
+
 def _folder_files(folder: Path) -> list[Path]:
     """The files of `folder` and its subfolders with a suffix the corpus reads, in order; a subfolder that
     cannot be listed is a ConfigError."""
@@ -86,7 +100,7 @@ def _folder_files(folder: Path) -> list[Path]:
 
     found = []
     for parent, _, names in os.walk(folder, onerror=refuse, followlinks=True):
-        found += [Path(parent) / n for n in names if n.removesuffix(".gz").endswith(SUFFIXES)]
+        found += [Path(parent) / n for n in names if _contributes(n)]
     return sorted(p for p in found if p.is_file())
 
 
@@ -108,7 +122,73 @@ def window_start(seed: int, index: int, span: int) -> int:
     return (z ^ (z >> 31)) % span
 
 
-class Corpus:
+class Shards:
+    """What a source prepared into token shards has (data=corpus's files, data=hf's dataset): the tokenizer
+    config, the folders its tokenizer and shards go in (`tokenizer_dir`, `dataset_dir`), `length`, `seed`,
+    `val_windows`; the subclass's `prepare()` makes them."""
+
+    length: int
+    root: Path
+    tokenizer_cfg: dict
+    tokenizer_dir: Path
+    dataset_dir: Path
+    seed: int
+    val_windows: int | None
+
+    def tokenizer_tag(self) -> str:
+        """The tokenizer's folder name inside the corpus's: bpe4096, char, char-<alphabet>, hf-<path>."""
+        cfg, kind = self.tokenizer_cfg, self.tokenizer_cfg["kind"]
+        if kind == "bpe":
+            return f"bpe{cfg['vocab_size']}"
+        if kind == "char" and not cfg.get("alphabet"):
+            return "char"
+        what = (
+            cfg["alphabet"]
+            if kind == "char"
+            else [str(Path(cfg["path"]).expanduser().resolve()), cfg.get("eos_token")]
+        )
+        return f"{kind}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]}"
+
+    def trained_bpe(self) -> HFTokenizer:
+        """tokenizer=bpe: the BPE trained on this corpus (harness.data.prepare trains it)."""
+        text = (self.tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
+        return HFTokenizer.from_str(text, bos=END_OF_TEXT, eos=END_OF_TEXT)
+
+    def load_tokenizer(self, meta: dict) -> CharTokenizer | HFTokenizer:
+        """The tokenizer of the config, checked against the one the shards were made with (its fingerprint)."""
+        cfg = self.tokenizer_cfg
+        if cfg["kind"] == "char":
+            tokenizer = CharTokenizer(cfg.get("alphabet") or meta["tokenizer"]["alphabet"])
+        elif cfg["kind"] == "hf":
+            tokenizer = load_hf(cfg["path"], cfg.get("eos_token"))
+        else:
+            tokenizer = self.trained_bpe()
+        made_with = meta["tokenizer"]["fingerprint"]
+        if tokenizer.fingerprint() != made_with:
+            key = {"char": "tokenizer.alphabet", "hf": "tokenizer.path", "bpe": "tokenizer.vocab_size"}[
+                cfg["kind"]
+            ]
+            raise ConfigError(
+                key,
+                cfg.get(key.split(".")[1]),
+                f"this tokenizer (fingerprint {tokenizer.fingerprint()[:12]}) is not the one the shards in "
+                f"{self.dataset_dir} were made with ({made_with[:12]}); restore it, or delete that folder to prepare again",
+            )
+        return tokenizer
+
+    def check_windows(self, meta: dict) -> None:
+        """A ConfigError unless each split holds at least one window of length + 1 tokens."""
+        for split, part in meta["splits"].items():
+            if part["tokens"] < self.length + 1:
+                raise ConfigError(
+                    "data.length",
+                    self.length,
+                    f"the corpus holds {meta['tokens']} tokens, {part['tokens']} of them in the {split} split: fewer "
+                    f"than one window of {self.length + 1}; use a shorter data.length, more files or another data.val_fraction",
+                )
+
+
+class Corpus(Shards):
     """A corpus as data=corpus's keys describe it: its files, the tokenizer config node (char, bpe or hf), and
     the folders its tokenizer and shards go in."""
 
@@ -148,6 +228,9 @@ class Corpus:
             total += self.files[-1][1]
         if not total:
             raise ConfigError("data.files", files, "the corpus is empty (0 bytes); give files that hold text")
+        for path, _ in self.files:
+            if path.endswith(".parquet"):
+                _check_parquet(path, text_field)
         stamp = [(p, s, Path(p).stat().st_mtime_ns) for p, s in self.files] + [text_field]
         key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:10]
         # corpus/<name>-<hash of files, sizes, mtimes>/<tokenizer>/val<fraction>/: a trained BPE is reused
@@ -155,63 +238,11 @@ class Corpus:
         self.tokenizer_dir = self.corpus_dir / self.tokenizer_tag()
         self.dataset_dir = self.tokenizer_dir / f"val{val_fraction}"
 
-    def tokenizer_tag(self) -> str:
-        """The tokenizer's folder name inside the corpus's: bpe4096, char, char-<alphabet>, hf-<path>."""
-        cfg, kind = self.tokenizer_cfg, self.tokenizer_cfg["kind"]
-        if kind == "bpe":
-            return f"bpe{cfg['vocab_size']}"
-        if kind == "char" and not cfg.get("alphabet"):
-            return "char"
-        what = (
-            cfg["alphabet"]
-            if kind == "char"
-            else [str(Path(cfg["path"]).expanduser().resolve()), cfg.get("eos_token")]
-        )
-        return f"{kind}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]}"
-
-    def trained_bpe(self) -> HFTokenizer:
-        """tokenizer=bpe: the BPE trained on this corpus (harness.data.prepare trains it)."""
-        text = (self.tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
-        return HFTokenizer.from_str(text, bos=END_OF_TEXT, eos=END_OF_TEXT)
-
     def prepare(self) -> Path:
         """Tokenize the corpus into shards once (harness.data.prepare); a later call finds them and returns."""
         from harness.data.prepare import prepare
 
         return prepare(self)
-
-    def load_tokenizer(self, meta: dict) -> CharTokenizer | HFTokenizer:
-        """The tokenizer of the config, checked against the one the shards were made with (its fingerprint)."""
-        cfg = self.tokenizer_cfg
-        if cfg["kind"] == "char":
-            tokenizer = CharTokenizer(cfg.get("alphabet") or meta["tokenizer"]["alphabet"])
-        elif cfg["kind"] == "hf":
-            tokenizer = load_hf(cfg["path"], cfg.get("eos_token"))
-        else:
-            tokenizer = self.trained_bpe()
-        made_with = meta["tokenizer"]["fingerprint"]
-        if tokenizer.fingerprint() != made_with:
-            key = {"char": "tokenizer.alphabet", "hf": "tokenizer.path", "bpe": "tokenizer.vocab_size"}[
-                cfg["kind"]
-            ]
-            raise ConfigError(
-                key,
-                cfg.get(key.split(".")[1]),
-                f"this tokenizer (fingerprint {tokenizer.fingerprint()[:12]}) is not the one the shards in "
-                f"{self.dataset_dir} were made with ({made_with[:12]}); restore it, or delete that folder to prepare again",
-            )
-        return tokenizer
-
-    def check_windows(self, meta: dict) -> None:
-        """A ConfigError unless each split holds at least one window of length + 1 tokens."""
-        for split, part in meta["splits"].items():
-            if part["tokens"] < self.length + 1:
-                raise ConfigError(
-                    "data.length",
-                    self.length,
-                    f"the corpus holds {meta['tokens']} tokens, {part['tokens']} of them in the {split} split: fewer "
-                    f"than one window of {self.length + 1}; use a shorter data.length, more files or another data.val_fraction",
-                )
 
 
 #: the data targets whose corpus is prepared without building a datamodule (no torch, no Lightning)
