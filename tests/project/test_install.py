@@ -18,6 +18,7 @@ from tests.conftest import ROOT, run_command
 #: an option of each extra, and the module whose absence it must be refused for
 OPTIONS = {
     "hf": (["model=hf"], "transformers"),
+    "datasets": (["data=hf", "data.path=train.parquet"], "datasets"),
     "wandb": (["logger=wandb"], "wandb"),
     "tensorboard": (["logger=tensorboard"], "tensorboard"),
     "mlflow": (["logger=mlflow"], "sqlalchemy"),

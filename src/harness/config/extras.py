@@ -12,6 +12,7 @@ from harness.errors import ConfigError
 #: extra -> the modules of it the harness imports (each must be there)
 EXTRAS = {
     "hf": ("transformers",),
+    "datasets": ("datasets", "pyarrow"),
     "wandb": ("wandb",),
     "tensorboard": ("tensorboard",),
     "mlflow": ("mlflow", "sqlalchemy", "alembic"),
@@ -50,9 +51,11 @@ def _missing_extra_error(key: str, value, extra: str) -> ConfigError | None:
 
 
 def check_extras(cfg) -> None:
-    """The model and trackers the config chooses have their extras installed."""
+    """The model, data and trackers the config chooses have their extras installed."""
     target = str((cfg.get("model") or {}).get("_target_", ""))
     found = [("model", target, "hf")] if target.endswith("HFCausalLM") else []
+    data = str((cfg.get("data") or {}).get("_target_", ""))
+    found += [("data", "hf", "datasets")] if data.endswith("HFDataModule") else []
     found += [
         (f"logger.{name}", "on", TRACKERS[name]) for name in (cfg.get("logger") or {}) if name in TRACKERS
     ]

@@ -6,7 +6,7 @@ for.
     dataset.py     records -> Batch tensors; the datamodule the sources share
     batch.py       a split's first examples, collated as its loader does
     sampler.py     shuffling a checkpoint resumes mid-epoch
-    sources/       the built-in datamodules
+    sources/       the built-in datamodules (data=hf: any Hugging Face dataset, fine-tuning too)
     shards.py      a corpus's token shards;   prepare.py   making them (no torch)
     integrity.py   whether a prepared corpus is complete;   rules.py   the data keys' ranges"""
 
@@ -17,7 +17,7 @@ from harness import exported
 #: module -> the names it defines
 EXPORTS = {
     "harness.data.dataset": ("CharDataset", "DiskDataModule"),
-    "harness.data.sources.windows": ("CorpusDataModule",),
+    "harness.data.sources.windows": ("CorpusDataModule", "HFDataModule"),
     "harness.data.sources.folder": ("FolderDataModule",),
     "harness.data.sources.synthetic": ("SyntheticDataModule",),
     "harness.data.sources.text": ("TextDataModule",),

@@ -14,6 +14,9 @@ from harness.data.format import sha256_file
 from harness.data.shards import FORMAT
 
 DTYPES = {"uint16": 2, "uint32": 4}
+#: the streams a folder may hold beside its tokens, one value a token (data=hf's fine-tuning: which tokens are
+#: in the loss; where each example starts), each in shards of its own: name -> dtype, bytes a value
+STREAMS = {"loss": ("uint8", 1), "starts": ("int64", 8)}
 #: beside meta.json: each verified shard's size, inode, mtime and ctime with its digest, so a checksum is read
 #: once per shard and file state (where the folder can be written; else the shards are read on every run)
 STAMPS = ".verified.json"
@@ -57,7 +60,25 @@ def _meta_fault(meta) -> str | None:
         return "shards must list {file: shard-NNNNN.bin, tokens, sha256}"
     if sum(s["tokens"] for s in shards) != meta["tokens"]:
         return "the shards' tokens do not add up to tokens"
+    streams = meta.get("streams", {})
+    if not isinstance(streams, dict) or not set(streams) <= set(STREAMS):
+        return f"streams may hold {', '.join(STREAMS)}"
+    for name, stream in streams.items():
+        if not isinstance(stream, list) or not all(
+            isinstance(s, dict)
+            and re.fullmatch(rf"{name}-\d{{5}}\.bin", str(s.get("file")))
+            and _is_count(s.get("tokens"))
+            and HEX64.fullmatch(str(s.get("sha256")))
+            for s in stream
+        ):
+            return f"streams.{name} must list {{file: {name}-NNNNN.bin, tokens, sha256}}"
     return None
+
+
+def files(meta: dict) -> list[tuple[dict, int]]:
+    """(shard, bytes a value) of every file a folder's meta.json lists: its token shards and its streams'."""
+    listed = [(s, DTYPES[meta["dtype"]]) for s in meta["shards"]]
+    return listed + [(s, STREAMS[n][1]) for n, stream in meta.get("streams", {}).items() for s in stream]
 
 
 def read_meta(folder: Path) -> tuple[dict | None, str | None]:
@@ -108,11 +129,11 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
         if wrong:
             return wrong
     stamps, known = {}, _read_stamps(folder)
-    for shard in meta["shards"]:
+    for shard, width in files(meta):
         path = Path(folder) / shard["file"]
         try:
             now = _file_state(path)
-            if now[0] != shard["tokens"] * DTYPES[meta["dtype"]]:
+            if now[0] != shard["tokens"] * width:
                 return f"{shard['file']} holds {now[0]} bytes, meta.json says {shard['tokens']} tokens"
             # a state matching its stamp is verified: a write, or a change of its times, moves the ctime
             if known.get(shard["file"]) != [*now, shard["sha256"]] and sha256_file(path) != shard["sha256"]:
@@ -130,5 +151,5 @@ def damage(folder: Path, meta: dict | None = None) -> str | None:
 def stamp(folder: Path, meta: dict) -> None:
     """Record every shard of a folder just written as verified (its digests were computed as it was written)."""
     _write_stamps(
-        folder, {s["file"]: [*_file_state(Path(folder) / s["file"]), s["sha256"]] for s in meta["shards"]}
+        folder, {s["file"]: [*_file_state(Path(folder) / s["file"]), s["sha256"]] for s, _ in files(meta)}
     )

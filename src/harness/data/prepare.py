@@ -69,9 +69,10 @@ def _root_must_be_writable(data, why: str):
         ) from None
 
 
-def prepare(data) -> Path:
-    """The prepared folder of `data` (a Corpus), made unless a complete one is there (then read without
-    writing); a damaged one is prepared again, a mistake in the files a ConfigError."""
+def prepare(data, write=None) -> Path:
+    """The prepared folder of `data` (a Corpus, or another Shards source with its own `write(data)`: data=hf),
+    made unless a complete one is there (then read without writing); a damaged one is prepared again, a
+    mistake in the files a ConfigError."""
     folder, why = data.dataset_dir, _unusable_reason(data)
     if why is None:  # read without writing anything: a read-only data.root works
         return folder
@@ -90,7 +91,7 @@ def prepare(data) -> Path:
         if "tokenizer.json" in why:  # trained again (build_tokenizer reuses one that is there)
             (data.tokenizer_dir / "tokenizer.json").unlink(missing_ok=True)
         try:
-            _write_shards(data)
+            (write or _write_shards)(data)
         except shards.NotText as err:  # nothing that looks complete is left behind
             fix = err.fix or "convert it to UTF-8 (iconv -t UTF-8) or leave it out of data.files"
             raise ConfigError("data.files", err.path, f"{err.reason} at byte {err.offset}; {fix}") from None
@@ -100,12 +101,15 @@ def prepare(data) -> Path:
 def _write_shards(data) -> None:
     """Tokenize `data`'s files into a temporary folder beside the final one, then rename it into place."""
     started, tasks = time.perf_counter(), shards.plan(data.files, data.workers)
-    tokenizer = build_tokenizer(data, tasks)
+    tokenizer = build_tokenizer(
+        data,
+        texts=lambda: (
+            text for task in tasks for text, _, _ in shards.documents(task.pieces, data.text_field)
+        ),
+        alphabet=lambda: _alphabet(data, tasks),
+    )
     dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
-    folder = data.dataset_dir
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with staged(data.dataset_dir) as staging:
         written = _run_tasks(
             shards.encode_task,
             tasks,
@@ -138,47 +142,65 @@ def _write_shards(data) -> None:
             },
         }
         data.check_windows(meta)  # before the rename: a corpus too short for this length leaves nothing
-        (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        integrity.stamp(staging, meta)  # the digests were just computed: no first run reads the shards again
-        try:
-            os.rename(staging, folder)
-        except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
-            if integrity.damage(folder) is not None:
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        finish(staging, meta)
+    folder = data.dataset_dir
     seconds, mb = time.perf_counter() - started, meta["source"]["bytes"] / 1e6
     log.info(
         "prepared %s: %d files, %.1f MB -> %d tokens in %.1f s", folder, len(data.files), mb, total, seconds
     )
 
 
-def build_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokenizer:
-    """The tokenizer the config asks for: char's alphabet read from the corpus (unless given), the BPE trained
-    on it (unless its tokenizer.json is there), or yours."""
+@contextlib.contextmanager
+def staged(folder: Path):
+    """A temporary folder beside `folder`, renamed into its place when the block ends well (`finish` wrote its
+    meta.json), removed in any case: a prepared folder is whole or absent."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        yield staging
+        if (staging / "meta.json").exists():
+            try:
+                os.rename(staging, folder)
+            except OSError:  # another preparer got there first (a filesystem where the lock does not hold)
+                if integrity.damage(folder) is not None:
+                    raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def finish(staging: Path, meta: dict) -> None:
+    """meta.json written into `staging`, its shards stamped as verified (their digests were just computed)."""
+    (staging / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    integrity.stamp(staging, meta)
+
+
+def build_tokenizer(data, texts, alphabet) -> CharTokenizer | HFTokenizer:
+    """The tokenizer the config asks for: char's alphabet read from the data (`alphabet()`, unless given), the
+    BPE trained on `texts()` (unless its tokenizer.json is there), or yours."""
     cfg = data.tokenizer_cfg
     if cfg["kind"] == "hf":
         return load_hf(cfg["path"], cfg.get("eos_token"))
     if cfg["kind"] == "char":
-        seen = _run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
-        found = "".join(sorted(set("".join(chars for (chars,) in seen))))
-        alphabet = cfg.get("alphabet")
-        unknown = "".join(sorted(set(found) - set(alphabet or found)))
+        found, given = alphabet(), cfg.get("alphabet")
+        unknown = "".join(sorted(set(found) - set(given or found)))
         if unknown:
             fix = "add them to tokenizer.alphabet, or set tokenizer.alphabet=null for the corpus's own"
-            raise ConfigError(
-                "tokenizer.alphabet", alphabet, f"the corpus holds {unknown!r} outside it; {fix}"
-            )
-        return CharTokenizer(alphabet or found)
+            raise ConfigError("tokenizer.alphabet", given, f"the corpus holds {unknown!r} outside it; {fix}")
+        return CharTokenizer(given or found)
     path = data.tokenizer_dir / "tokenizer.json"
     if not path.is_file():
         log.info("training a byte-level BPE of %d tokens on %s", cfg["vocab_size"], data.corpus_dir.name)
-        texts = (text for task in tasks for text, _, _ in shards.documents(task.pieces, data.text_field))
-        trained = train_bpe(texts, cfg["vocab_size"])
+        trained = train_bpe(texts(), cfg["vocab_size"])
         path.parent.mkdir(parents=True, exist_ok=True)
         trained.save(path.with_suffix(".tmp"))
         os.replace(path.with_suffix(".tmp"), path)  # whole or absent
     return data.trained_bpe()
+
+
+def _alphabet(data, tasks: list[shards.Task]) -> str:
+    """Every character of the corpus's files, sorted, read in parallel."""
+    seen = _run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
+    return "".join(sorted(set("".join(chars for (chars,) in seen))))
 
 
 def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:

@@ -28,6 +28,7 @@ class Example:
     mask: list[bool]
     language: bool  # a language-modelling example: a classification one learns its label, not where it ends
     end: int
+    packed: bool = False  # its batch declares document_ids: the row packs several, its end is no document's
 
     def text_start(self, pads: set[int]) -> int:
         """The first position that is not padding (left padding skipped)."""
@@ -68,7 +69,8 @@ def _loss_examples(data, pads: set[int], eos: int | None) -> list[Example]:
         for r, (ids, targets, mask) in enumerate(rows):
             if any(mask):
                 end = _text_end(targets, mask, pads, eos)
-                out.append(Example(f"{split} batch {b}, example {r}", ids, targets, mask, language, end))
+                where, packed = f"{split} batch {b}, example {r}", "document_ids" in batch
+                out.append(Example(where, ids, targets, mask, language, end, packed))
     return out
 
 
@@ -132,7 +134,7 @@ def _endings(
     longest = max((e.text_length(pads) for e in language), default=0)
     # the end of windows of a stream, or of documents cut at the length, is no end of their own: they fill
     # their row, or are as long as the longest text read (cut at the length, then padded to a round size)
-    documents = [e for e in language if e.is_padded(pads)]
+    documents = [e for e in language if e.is_padded(pads) and not e.packed]
     ending = [e for e in documents if e.targets[e.end] == eos]
     missing = [e for e in documents if e.targets[e.end] != eos and e.text_length(pads) < longest]
     return documents, ending, missing

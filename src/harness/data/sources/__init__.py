@@ -1,4 +1,5 @@
 """The built-in datamodules, each writing or reading the one format on disk.
 
 synthetic.py   random sequences;   text.py   a text file's characters;   folder.py   a dataset folder of yours
-corpus.py      a corpus of files (no torch);   windows.py   its datamodule"""
+corpus.py      a corpus of files (no torch);   windows.py   the datamodules of token shards (corpus, hf)
+hf.py          any Hugging Face dataset, into shards (no torch);   finetune.py   fine-tuning's examples"""

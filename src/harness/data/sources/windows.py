@@ -1,6 +1,7 @@
-"""data=corpus's datamodule: language modelling on windows of `length + 1` tokens of a corpus's shards
-(harness.data.shards), read through memory maps. Training window i starts at a place drawn from (seed, i)
-alone; validation windows are fixed and do not overlap."""
+"""The datamodules of token shards (harness.data.shards), read through memory maps: data=corpus's language
+modelling on windows of `length + 1` tokens (training window i starts at a place drawn from (seed, i) alone;
+validation windows are fixed and do not overlap), and data=hf's, which also fine-tunes on examples padded one a
+row (`Padded`) or packed into windows that declare their documents (`Packed`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch.utils.data import Dataset
 from harness.data import integrity, shards
 from harness.data.dataset import DiskDataModule
 from harness.data.sources.corpus import Corpus, window_start
+from harness.data.sources.hf import HFSource
 from harness.errors import ConfigError
 
 
@@ -46,13 +48,80 @@ class Windows(Dataset):
         return {"text": self.tokenizer.decode(self.store.read(self.start(i), self.width).tolist())}
 
 
+class Padded(Dataset):
+    """One example a row: its first length + 1 tokens, padded with the EOS; the loss on its response tokens
+    only. Examples whose responses begin past the window are left out (nothing in them to learn)."""
+
+    def __init__(self, store, loss, starts: np.ndarray, tokenizer, length: int, first: int, end: int):
+        self.store, self.loss, self.tokenizer, self.width = store, loss, tokenizer, length + 1
+        self.pad = tokenizer.eos_id if tokenizer.eos_id is not None else 0
+        begins, ends = starts[first:end], starts[first + 1 : end + 1]
+        origin = int(begins[0]) if len(begins) else 0
+        in_loss = np.flatnonzero(loss.read(origin, int(ends[-1]) - origin) if len(begins) else []) + origin
+        k = np.searchsorted(in_loss, begins)  # each example's first token in the loss, if it has one
+        firsts = np.full(len(begins), np.iinfo(np.int64).max)
+        firsts[k < len(in_loss)] = in_loss[k[k < len(in_loss)]]
+        keep = (firsts < ends) & (firsts > begins) & (firsts - begins < self.width)
+        self.begins, self.ends = begins[keep], ends[keep]
+        self.begin, self.end = origin, int(ends[-1]) if len(ends) else origin  # the split's tokens
+
+    def __len__(self) -> int:
+        return len(self.begins)
+
+    def _row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        begin = int(self.begins[i])
+        count = min(int(self.ends[i]) - begin, self.width)
+        return self.store.read(begin, count).astype(np.int64), self.loss.read(begin, count).astype(bool)
+
+    def __getitem__(self, i: int) -> dict:
+        ids, loss = self._row(i)
+        tokens = torch.full((self.width,), self.pad, dtype=torch.long)
+        in_loss = torch.zeros(self.width, dtype=torch.bool)
+        tokens[: len(ids)], in_loss[: len(ids)] = torch.from_numpy(ids), torch.from_numpy(loss)
+        return {"input_ids": tokens[:-1], "targets": tokens[1:], "loss_mask": in_loss[1:]}
+
+    def record(self, i: int) -> dict:
+        """The example's tokens decoded: `text` up to its first answer, `label` the rest (its end's EOS too)."""
+        ids, loss = self._row(i)
+        first = int(np.argmax(loss))
+        return {
+            "text": self.tokenizer.decode(ids[:first].tolist()),
+            "label": self.tokenizer.decode(ids[first:].tolist()),
+        }
+
+
+class Packed(Windows):
+    """Windows of the examples packed end to end (harness.data.sources.windows), the loss on their responses
+    only, each window declaring its documents (`document_ids`, one example each) for `document_isolation`."""
+
+    def __init__(self, loss, starts: np.ndarray, **windows):
+        super().__init__(**windows)
+        self.loss, self.starts = loss, starts
+
+    def __getitem__(self, i: int) -> dict:
+        item, start = super().__getitem__(i), self.start(i)
+        item["loss_mask"] = torch.from_numpy(self.loss.read(start + 1, self.width - 1).astype(bool))
+        documents = np.searchsorted(self.starts, np.arange(start, start + self.width - 1), side="right")
+        item["document_ids"] = torch.from_numpy((documents - documents[0]).astype(np.int64))
+        return item
+
+    def record(self, i: int) -> dict:
+        """The window's text as the loss reads it: to its last target in the loss (all of it without one)."""
+        start = self.start(i)
+        learned = np.flatnonzero(self.loss.read(start + 1, self.width - 1))
+        end = int(learned[-1]) + 2 if len(learned) else self.width - 1
+        return {"text": self.tokenizer.decode(self.store.read(start, end).tolist())}
+
+
 class CorpusDataModule(DiskDataModule):
     """Next-token prediction on a corpus: the keys of harness.data.sources.corpus.Corpus, plus the loaders'
     `batch_size` and `num_workers`."""
 
+    source = Corpus  # what its keys describe: a Shards source (harness.data.sources.corpus)
+
     def __init__(self, length: int, batch_size: int = 16, num_workers: int = 0, root: str = "data", **corpus):
         super().__init__(length=length, batch_size=batch_size, root=root, num_workers=num_workers)
-        self.corpus = Corpus(length=length, root=root, **corpus)
+        self.corpus = self.source(length=length, root=root, **corpus)
         self.dataset_dir: Path = self.corpus.dataset_dir
 
     def prepare_data(self) -> None:
@@ -69,15 +138,50 @@ class CorpusDataModule(DiskDataModule):
                 str(self.root),
                 f"no whole prepared corpus at {self.dataset_dir} ({wrong}): call prepare_data() first",
             )
-        self.corpus.check_windows(meta)
         self.tokenizer = self.corpus.load_tokenizer(meta)
         store = shards.TokenStore(self.dataset_dir, meta)
+        if "streams" in meta:  # fine-tuning: examples, their responses in the loss
+            self.train_dataset, self.val_dataset = self.examples(store, meta)
+            return
+        self.corpus.check_windows(meta)
         train, val = meta["splits"]["train"], meta["splits"]["val"]
         window = dict(store=store, tokenizer=self.tokenizer, length=self.length)
         # drawn from (seed, i) alone: overfit mode's Head and the resumable sampler index it like any dataset
         self.train_dataset = Windows(**window, begin=0, end=train["tokens"], seed=self.corpus.seed)
         self.val_dataset = Windows(
             **window, begin=val["start"], end=val["start"] + val["tokens"], count=self.corpus.val_windows
+        )
+
+    def examples(self, store, meta: dict) -> tuple[Dataset, Dataset]:
+        """Fine-tuning's two splits, padded one example a row, or packed (`packing`) into windows that
+        declare their documents."""
+        loss = shards.TokenStore(self.dataset_dir, {"shards": meta["streams"]["loss"], "dtype": "uint8"})
+        starts_store = shards.TokenStore(
+            self.dataset_dir, {"shards": meta["streams"]["starts"], "dtype": "int64"}
+        )
+        starts = starts_store.read(0, len(starts_store))
+        counts, splits = meta["examples"], meta["splits"]
+        if not getattr(self, "packing", False):
+            common = dict(store=store, loss=loss, starts=starts, tokenizer=self.tokenizer, length=self.length)
+            train = Padded(**common, first=0, end=counts["train"])
+            val = Padded(**common, first=counts["train"], end=counts["train"] + counts["val"])
+            for name, split in (("train", train), ("val", val)):
+                if not len(split):
+                    raise ConfigError(
+                        "data.length",
+                        self.length,
+                        f"no {name} example has a response inside its first {self.length + 1} tokens; use a longer "
+                        "data.length (or data.packing=true)",
+                    )
+            return train, val
+        self.corpus.check_windows(meta)
+        common = dict(store=store, loss=loss, starts=starts, tokenizer=self.tokenizer, length=self.length)
+        train, val = splits["train"], splits["val"]
+        return (
+            Packed(**common, begin=0, end=train["tokens"], seed=self.corpus.seed),
+            Packed(
+                **common, begin=val["start"], end=val["start"] + val["tokens"], count=self.corpus.val_windows
+            ),
         )
 
     def unigram_entropy(self) -> float:
@@ -90,3 +194,22 @@ class CorpusDataModule(DiskDataModule):
             counts += np.bincount(tokens, minlength=counts.size)[: counts.size]
         p = counts[counts > 0] / counts.sum()
         return float(-(p * np.log(p)).sum())
+
+
+class HFDataModule(CorpusDataModule):
+    """data=hf: any Hugging Face dataset (harness.data.sources.hf.HFSource's keys) for language modelling on
+    windows, or fine-tuning on its responses, padded one example a row or packed (`packing`)."""
+
+    source = HFSource
+
+    def __init__(self, length: int, packing: bool = False, streaming: bool = False, **keys):
+        if streaming:
+            raise ConfigError(
+                "data.streaming",
+                streaming,
+                "not supported yet: prepare the dataset into shards (data.streaming=false)",
+            )
+        if not isinstance(packing, bool):
+            raise ConfigError("data.packing", packing, "must be true or false")
+        super().__init__(length=length, **keys)
+        self.packing = packing
