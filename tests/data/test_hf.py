@@ -19,7 +19,23 @@ pa = pytest.importorskip("pyarrow")
 datasets = pytest.importorskip("datasets")
 pq = pytest.importorskip("pyarrow.parquet")
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards", "quietly", "judge", "boxing"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "judge",
+    "boxing",
+]
 CHAR = {"kind": "char"}
 BPE = {"kind": "bpe", "vocab_size": 300}  # an end of text: a fine-tuned example learns where it stops
 

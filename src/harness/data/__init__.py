@@ -17,7 +17,8 @@ from harness import exported
 #: module -> the names it defines
 EXPORTS = {
     "harness.data.dataset": ("CharDataset", "DiskDataModule"),
-    "harness.data.sources.windows": ("CorpusDataModule", "HFDataModule"),
+    "harness.data.sources.windows": ("CorpusDataModule",),
+    "harness.data.sources.hub": ("HFDataModule",),
     "harness.data.sources.folder": ("FolderDataModule",),
     "harness.data.sources.synthetic": ("SyntheticDataModule",),
     "harness.data.sources.text": ("TextDataModule",),

@@ -36,7 +36,7 @@ SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")
 OFFLINE = "point data.path at local files (a .parquet, .jsonl, .csv or .arrow file, a glob, or a save_to_disk folder)"
 
 
-def _need_datasets():
+def need_datasets():
     try:
         import datasets
     except ImportError:
@@ -136,8 +136,8 @@ class HFSource(Shards):
     def load(self) -> dict:
         """{"train": Dataset, "val": Dataset}: data.split, and data.val_split, the dataset's own held-out split, or
         the last data.val_fraction of the training rows."""
-        datasets = _need_datasets()
-        found = self._load_all(datasets)
+        datasets = need_datasets()
+        found = self.load_all(datasets)
         if isinstance(found, datasets.Dataset):
             found = {"train": found}
         splits = dict(found)
@@ -175,11 +175,11 @@ class HFSource(Shards):
             self._check_fields(split)
         return {"train": train, "val": val}
 
-    def _load_all(self, datasets):
+    def load_all(self, datasets, streaming: bool = False):
         cache = str(self.root / "hf" / "cache")
         try:
             if self.files is None:
-                return datasets.load_dataset(self.path, self.name, cache_dir=cache)
+                return datasets.load_dataset(self.path, self.name, cache_dir=cache, streaming=streaming)
             where = Path(self.path).expanduser()
             if where.is_dir() and any((where / f).is_file() for f in SAVED):
                 return datasets.load_from_disk(str(where))
@@ -198,7 +198,9 @@ class HFSource(Shards):
                 raise ConfigError(
                     "data.path", self.path, "holds no rows (empty Parquet); give a dataset with rows"
                 )
-            return datasets.load_dataset(builders.pop(), data_files=files, cache_dir=cache)
+            return datasets.load_dataset(
+                builders.pop(), data_files=files, cache_dir=cache, streaming=streaming
+            )
         except ConfigError:
             raise
         except Exception as err:  # the hub out of reach, a file datasets cannot read

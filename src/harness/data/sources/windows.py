@@ -1,7 +1,7 @@
-"""The datamodules of token shards (harness.data.shards), read through memory maps: data=corpus's language
+"""The datamodule of token shards (harness.data.shards), read through memory maps: data=corpus's language
 modelling on windows of `length + 1` tokens (training window i starts at a place drawn from (seed, i) alone;
-validation windows are fixed and do not overlap), and data=hf's, which also fine-tunes on examples padded one a
-row (`Padded`) or packed into windows that declare their documents (`Packed`)."""
+validation windows are fixed and do not overlap); data=hf's (harness.data.sources.hub) also fine-tunes on
+examples padded one a row (`Padded`) or packed into windows that declare their documents (`Packed`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from torch.utils.data import Dataset
 from harness.data import integrity, shards
 from harness.data.dataset import DiskDataModule
 from harness.data.sources.corpus import Corpus, window_start
-from harness.data.sources.hf import HFSource
 from harness.errors import ConfigError
 
 
@@ -194,22 +193,3 @@ class CorpusDataModule(DiskDataModule):
             counts += np.bincount(tokens, minlength=counts.size)[: counts.size]
         p = counts[counts > 0] / counts.sum()
         return float(-(p * np.log(p)).sum())
-
-
-class HFDataModule(CorpusDataModule):
-    """data=hf: any Hugging Face dataset (harness.data.sources.hf.HFSource's keys) for language modelling on
-    windows, or fine-tuning on its responses, padded one example a row or packed (`packing`)."""
-
-    source = HFSource
-
-    def __init__(self, length: int, packing: bool = False, streaming: bool = False, **keys):
-        if streaming:
-            raise ConfigError(
-                "data.streaming",
-                streaming,
-                "not supported yet: prepare the dataset into shards (data.streaming=false)",
-            )
-        if not isinstance(packing, bool):
-            raise ConfigError("data.packing", packing, "must be true or false")
-        super().__init__(length=length, **keys)
-        self.packing = packing
