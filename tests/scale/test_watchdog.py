@@ -4,6 +4,7 @@ observer stood down. Whole runs of two processes with a rank killed or stopped: 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -372,3 +373,24 @@ def test_a_ranks_own_error_is_named_as_an_error_and_written_by_the_lowest_rank_l
     other = watching(tmp_path)
     other.rank = 1
     assert not other.writes(Fault("ERROR", [Named(0, "raised ValueError('y')")], 1, 3))
+
+
+def test_the_stall_clock_starts_where_a_long_operation_ends_not_where_it_began(tmp_path):
+    """Rank 0 checkpoints for 5 s (stall_s is 1) while rank 1 waits in a barrier; the moment rank 0 joins the
+    barrier too, both wait in a collective with no step taken for 5 s: not a stall, the barrier is about to pass."""
+    here, watch = machine_id(), watching(tmp_path)
+    pids = (os.getpid(), os.getppid())  # alive processes of this machine: neither is taken for gone
+    born = [start_ticks(p) for p in pids]
+
+    def beats(at: float, count: int, phase0: str) -> Fault | None:
+        for rank, phase in ((0, phase0), (1, "a collective (barrier)")):
+            write_beat(
+                tmp_path, Beat(rank, pids[rank], "here", born[rank], "t", here, 3, 7, phase, count=count)
+            )
+        return watch.read_fault(at)
+
+    start = time.monotonic()
+    assert all(beats(start + s, s + 1, "checkpointing") is None for s in range(6))
+    assert beats(start + 6, 7, "a collective (barrier)") is None
+    fault = beats(start + 7.5, 8, "a collective (barrier)")  # still there stall_s after: a stall
+    assert fault is not None and "waits in a collective" in fault.named[0].what, fault

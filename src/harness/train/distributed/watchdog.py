@@ -260,7 +260,10 @@ class RankWatch(pl.Callback):
         for rank, beat in beats.items():
             before = self.heard.get(rank)
             if before is None or before.beat.count != beat.count:
-                moved = now if before is None or before.beat.moves != beat.moves else before.moved
+                # one long operation still beating counts as moving on: the stall clock starts where it ends,
+                # not where it began (the others, waiting for it, would be named the moment it ends)
+                going = before is None or before.beat.moves != beat.moves or before.beat.phase in LONG
+                moved = now if going else before.moved
                 self.heard[rank] = Heard(beat, now, moved)
         raised = [
             Named(r, beat.phase, **{**_whereabouts(beat), "phase": None})  # what it did is what it raised
