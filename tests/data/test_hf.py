@@ -254,3 +254,38 @@ def test_a_dataset_name_out_of_reach_says_so_and_how_to_use_local_files(tmp_path
     )
     with pytest.raises(ConfigError, match="no such file or folder"):
         ready(tmp_path, path=str(tmp_path / "missing.parquet"))
+
+
+def test_chats_are_rendered_by_the_tokenizer_s_own_chat_template(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from harness.data.tokenizer import train_bpe
+
+    rows = chats()
+    trained = train_bpe((m["content"] for r in rows for m in r["messages"]), 300)
+    folder = tmp_path / "tokenizer"
+    wrapped = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=trained.backend, eos_token="<|endoftext|>"
+    )
+    wrapped.chat_template = (
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}[end]{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    wrapped.save_pretrained(str(folder))
+    path = jsonl(tmp_path / "chats.jsonl", rows)
+    data = ready(
+        tmp_path,
+        length=64,
+        tokenizer={"kind": "hf", "path": str(folder)},
+        path=str(path),
+        messages_field="messages",
+    )
+    eos = data.tokenizer.decode([data.tokenizer.eos_id])
+    for i in range(len(data.train_dataset)):
+        answers = [m["content"] for m in rows[i]["messages"] if m["role"] == "assistant"]
+        assert (
+            masked_targets(data.train_dataset[i], data.tokenizer)
+            == "".join(f"{a}[end]" for a in answers) + eos
+        )
+        assert data.train_dataset.record(i)["text"].startswith(
+            f"[user]{rows[i]['messages'][0]['content']}[end][assistant]"
+        )
