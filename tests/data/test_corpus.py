@@ -228,13 +228,17 @@ def test_prepare_cli_exits_2_with_one_error_line_on_an_empty_glob(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-def test_overfit_run_on_a_corpus_with_bpe_passes_every_check(corpus, make_config, one_thread):
-    folder, _ = corpus
+def overfits_passing_every_check(make_config, files) -> None:
+    """An overfit run of a small transformer on the corpus of `files` with a BPE: PASS, every check PASS."""
     cfg = make_config(
-        "model=transformer", "data=corpus", f"data.files={folder}", "tokenizer=bpe", "tokenizer.vocab_size=300",
+        "model=transformer", "data=corpus", f"data.files={files}", "tokenizer=bpe", "tokenizer.vocab_size=300",
         "data.length=16", "mode=overfit", "n=2", *PROBES_OFF,
     )  # fmt: skip
     verdict = run(cfg)
     assert verdict["status"] == "PASS", verdict
     assert verdict["checks"] and all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
     assert os.path.isdir(cfg.data.root)
+
+
+def test_overfit_run_on_a_corpus_with_bpe_passes_every_check(corpus, make_config, one_thread):
+    overfits_passing_every_check(make_config, corpus[0])

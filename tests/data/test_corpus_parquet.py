@@ -13,9 +13,8 @@ from harness.data import shards
 from harness.data.sources.corpus import Corpus
 from harness.data.tokenizer import END_OF_TEXT
 from harness.errors import ConfigError
-from harness.tasks.training import run
-from tests.conftest import PROBES_OFF
 from tests.data.conftest import BPE, code_like, datamodule, ready
+from tests.data.test_corpus import overfits_passing_every_check
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -138,11 +137,4 @@ def test_bad_parquet_is_refused_in_one_line(tmp_path, monkeypatch):
 
 
 def test_overfit_run_on_parquet_shards_with_bpe_passes_every_check(parquet_folder, make_config, one_thread):
-    folder, _ = parquet_folder
-    cfg = make_config(
-        "model=transformer", "data=corpus", f"data.files={folder}", "tokenizer=bpe", "tokenizer.vocab_size=300",
-        "data.length=16", "mode=overfit", "n=2", *PROBES_OFF,
-    )  # fmt: skip
-    verdict = run(cfg)
-    assert verdict["status"] == "PASS", verdict
-    assert verdict["checks"] and all(c["status"] == "PASS" for c in verdict["checks"]), verdict["checks"]
+    overfits_passing_every_check(make_config, parquet_folder[0])

@@ -13,7 +13,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from harness.probes.trackers import has_tracker, log_scalars, log_table
 from harness.report.symptoms import Symptom, nonfinite
 from harness.train.nonfinite import NonFinite
-from harness.train.perf.readout import read_all, readout_of
+from harness.train.perf.readout import noted, read_all, readout_of
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,8 @@ class MetricSink(pl.Callback):
     def report(self, symptom: Symptom, now: int | None = None) -> bool:
         """Record `symptom` once per name and `where`: a warning and `symptoms/<name>` at step `now`; whether
         new."""
-        if (symptom.name, symptom.where) in self.seen:
-            return False
-        self.seen.add((symptom.name, symptom.where))
-        self.symptoms.append(symptom)
-        if self.readout is not None:  # the run's symptoms kept in one place, the readout's
-            return self.readout.report(symptom, now)
-        log.warning("%s", symptom.line())
-        count = sum(s.name == symptom.name for s in self.symptoms)
-        self.add(symptom.step if now is None else now, {f"symptoms/{symptom.name}": float(count)})
-        return True
+        # the run's symptoms kept in one place where there is a readout: it warns and logs them
+        return noted(self, symptom, now, forward=self.readout.report if self.readout is not None else None)
 
     def flush(self, trainer: pl.Trainer) -> None:
         """Hand what is queued to the listeners, then to the loggers on global rank 0."""

@@ -45,6 +45,21 @@ def read_all(queued: list[tuple[dict, Callable[[dict], None]]]) -> None:
         read(host)
 
 
+def noted(holder, symptom: Symptom, now: int | None, forward: Callable | None = None) -> bool:
+    """`symptom` kept by `holder` (its `seen`, `symptoms` and `add`) once per name and `where`, then handed to
+    `forward`, or warned of and logged as `symptoms/<name>` at step `now`; whether new."""
+    if (symptom.name, symptom.where) in holder.seen:
+        return False
+    holder.seen.add((symptom.name, symptom.where))
+    holder.symptoms.append(symptom)
+    if forward is not None:
+        return forward(symptom, now)
+    log.warning("%s", symptom.line())
+    count = sum(s.name == symptom.name for s in holder.symptoms)
+    holder.add(symptom.step if now is None else now, {f"symptoms/{symptom.name}": float(count)})
+    return True
+
+
 class Readout(pl.Callback):
     """Queues device values to read (`defer`) and host values to log (`add`) for a step; at the flush, one copy
     to the host, the readers called, the rows written to every logger on global rank 0, then `after` hooks.
@@ -80,14 +95,7 @@ class Readout(pl.Callback):
     def report(self, symptom: Symptom, now: int | None = None) -> bool:
         """Record `symptom` once per name and `where`: a warning, `symptoms/<name>` at step `now`, the verdict's
         symptoms; whether new."""
-        if (symptom.name, symptom.where) in self.seen:
-            return False
-        self.seen.add((symptom.name, symptom.where))
-        self.symptoms.append(symptom)
-        log.warning("%s", symptom.line())
-        count = sum(s.name == symptom.name for s in self.symptoms)
-        self.add(symptom.step if now is None else now, {f"symptoms/{symptom.name}": float(count)})
-        return True
+        return noted(self, symptom, now)
 
     def flush(self, trainer: pl.Trainer) -> None:
         """One copy of everything queued, the readers called, the rows written, the `after` hooks called."""
