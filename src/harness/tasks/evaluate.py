@@ -164,8 +164,10 @@ def evaluate(cfg: DictConfig, run_dir: Path, write: bool = True) -> Verdict:
         }
         samples = continuations(model, data, data.tokenizer, cfg)
     report = {"checkpoint": str(ckpt), **results["val"], "splits": results, "continuations": samples}
-    if hasattr(data, "unigram_entropy"):  # what a model that ignores context scores at best (data=corpus)
-        report["unigram_entropy"] = data.unigram_entropy()
+    # what a model that ignores context scores at best (data=corpus, data=hf; None for a stream)
+    entropy = data.unigram_entropy() if hasattr(data, "unigram_entropy") else None
+    if entropy is not None:
+        report["unigram_entropy"] = entropy
     if write:
         (run_dir / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(_results_table(results))

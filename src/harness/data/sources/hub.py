@@ -261,3 +261,7 @@ class HFDataModule(CorpusDataModule):
             return super().train_dataloader()
         workers = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
         return StreamLoader(self.train_dataset, **workers)
+
+    def unigram_entropy(self) -> float | None:
+        """The training tokens' unigram entropy (CorpusDataModule's); None for a stream, never all at hand."""
+        return None if self.streaming else super().unigram_entropy()
