@@ -226,6 +226,7 @@ def test_the_preflight_judges_a_packed_run_s_documents(tmp_path, make_config, on
         ("text", {"text_field": "n"}, "data.text_field=n: is int64, not text; name a field that holds text"),
         ("empty", {}, "holds no rows (empty Parquet); give a dataset with rows"),
         ("pairs", {"prompt_field": "prompt"}, "fine-tuning on pairs needs both"),
+        ("text", {"num_proc": 0}, "data.num_proc=0: must be a whole number >= 1, or null"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(tmp_path, write, keys, error):

@@ -33,7 +33,8 @@ BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "c
 VAL_SPLITS = ("validation", "valid", "val", "test")
 #: what a folder written by save_to_disk holds
 SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")
-OFFLINE = "point data.path at local files (a .parquet, .jsonl, .csv or .arrow file, a glob, or a save_to_disk folder)"
+LOCAL = "local files (a .parquet, .jsonl, .csv or .arrow file, a glob, or a save_to_disk folder)"
+OFFLINE = f"point data.path at {LOCAL}"
 
 
 def need_datasets():
@@ -86,7 +87,7 @@ class HFSource(Shards):
         root: str = "data",
     ):
         if not path:
-            raise ConfigError("data.path", path, f"required: a dataset name, or {OFFLINE[9:]}")
+            raise ConfigError("data.path", path, f"required: a dataset's name, or {LOCAL}")
         if (prompt_field is None) != (response_field is None):
             raise ConfigError(
                 "data.response_field" if response_field is None else "data.prompt_field",
@@ -97,6 +98,9 @@ class HFSource(Shards):
             raise ConfigError(
                 "data.messages_field", messages_field, "give it or the prompt/response fields, not both"
             )
+        for key, value in (("val_windows", val_windows), ("num_proc", num_proc)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"data.{key}", value, "must be a whole number >= 1, or null")
         self.length, self.root, self.path, self.name = length, Path(root), str(path), name
         self.split, self.val_split, self.val_fraction = split, val_split, held_out_fraction(val_fraction)
         self.fields = (
