@@ -120,7 +120,7 @@ def stdlib_data(
 ):
     """The stdlib corpus's datamodule under `root`, its BPE trained (and not yet prepared)."""
     from harness.data import CorpusDataModule, shards
-    from harness.data.prepare import build_tokenizer
+    from harness.data.prepare import corpus_tokenizer
 
     tokenizer = {"kind": "bpe", "vocab_size": vocab_size}
     data = CorpusDataModule(
@@ -132,7 +132,9 @@ def stdlib_data(
         workers=workers,
         batch_size=batch_size,
     )
-    build_tokenizer(data.corpus, shards.plan(data.corpus.files, data.corpus.workers))  # writes tokenizer.json
+    corpus_tokenizer(
+        data.corpus, shards.plan(data.corpus.files, data.corpus.workers)
+    )  # writes tokenizer.json
     return data
 
 

@@ -18,6 +18,14 @@ def _folder_dataset(root) -> str:
     return str(write_dataset(root / "mine", splits, task="classify", alphabet="ab01", length=32, source={}))
 
 
+def _parquet_file(root) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a line of text"] * 8}), root / "train.parquet")
+    return str(root / "train.parquet")
+
+
 OPTIONS = [
     (group.name, option.stem)
     for group in sorted(CONF.iterdir())
@@ -39,6 +47,7 @@ def test_option_composes_and_validates(group, option, make_config, tmp_path):
         ("tokenizer", "bpe"): ["data=corpus"],  # the tokenizers other than char are data=corpus's
         ("tokenizer", "hf"): ["data=corpus", f"tokenizer.path={tmp_path}"],
         ("mode", "eval"): ["ckpt_path=last"],  # eval measures a checkpoint
+        ("data", "hf"): [f"data.path={_parquet_file(tmp_path)}"] if (group, option) == ("data", "hf") else [],
     }.get((group, option), [])
     cfg = make_config(f"{group}={option}", *extra)
     if (group, option) == ("trainer", "gpu") and not torch.cuda.is_available():

@@ -101,13 +101,7 @@ def prepare(data, write=None) -> Path:
 def _write_shards(data) -> None:
     """Tokenize `data`'s files into a temporary folder beside the final one, then rename it into place."""
     started, tasks = time.perf_counter(), shards.plan(data.files, data.workers)
-    tokenizer = build_tokenizer(
-        data,
-        texts=lambda: (
-            text for task in tasks for text, _, _ in shards.documents(task.pieces, data.text_field)
-        ),
-        alphabet=lambda: _alphabet(data, tasks),
-    )
+    tokenizer = corpus_tokenizer(data, tasks)
     dtype = "uint16" if tokenizer.vocab_size <= 1 << 16 else "uint32"
     with staged(data.dataset_dir) as staging:
         written = _run_tasks(
@@ -197,10 +191,18 @@ def build_tokenizer(data, texts, alphabet) -> CharTokenizer | HFTokenizer:
     return data.trained_bpe()
 
 
-def _alphabet(data, tasks: list[shards.Task]) -> str:
-    """Every character of the corpus's files, sorted, read in parallel."""
-    seen = _run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
-    return "".join(sorted(set("".join(chars for (chars,) in seen))))
+def corpus_tokenizer(data, tasks: list[shards.Task]) -> CharTokenizer | HFTokenizer:
+    """build_tokenizer for a corpus of files: the BPE trained on its documents, the alphabet read from them
+    in parallel."""
+
+    def texts():
+        return (t for task in tasks for t, _, _ in shards.documents(task.pieces, data.text_field))
+
+    def alphabet() -> str:
+        seen = _run_tasks(shards.scan_task, tasks, data.workers, "reading", text_field=data.text_field)
+        return "".join(sorted(set("".join(chars for (chars,) in seen))))
+
+    return build_tokenizer(data, texts=texts, alphabet=alphabet)
 
 
 def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kwargs) -> list:
