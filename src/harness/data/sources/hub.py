@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from harness.data.sampler import _rank_and_world
+from harness.data.shards import TokenStore
 from harness.data.sources import hf
 from harness.data.sources.finetune import chat_renderer, encode_example
 from harness.data.sources.hf import HFSource
-from harness.data.sources.windows import CorpusDataModule, Padded, Windows
+from harness.data.sources.windows import CorpusDataModule, Packed, Padded, Windows
 from harness.errors import ConfigError
 
 #: rows a BPE is trained on when the dataset is a stream (tokenizer=bpe): the stream's first
@@ -261,6 +262,35 @@ class HFDataModule(CorpusDataModule):
             return super().train_dataloader()
         workers = dict(num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
         return StreamLoader(self.train_dataset, **workers)
+
+    def examples(self, store, meta: dict) -> tuple[Dataset, Dataset]:
+        """Fine-tuning's two splits, padded one example a row, or packed (`packing`) into windows that
+        declare their documents."""
+        loss = TokenStore(self.dataset_dir, {"shards": meta["streams"]["loss"], "dtype": "uint8"})
+        starts_store = TokenStore(self.dataset_dir, {"shards": meta["streams"]["starts"], "dtype": "int64"})
+        starts = starts_store.read(0, len(starts_store))
+        counts, splits = meta["examples"], meta["splits"]
+        common = dict(store=store, loss=loss, starts=starts, tokenizer=self.tokenizer, length=self.length)
+        if not self.packing:
+            train = Padded(**common, first=0, end=counts["train"])
+            val = Padded(**common, first=counts["train"], end=counts["train"] + counts["val"])
+            for name, split in (("train", train), ("val", val)):
+                if not len(split):
+                    raise ConfigError(
+                        "data.length",
+                        self.length,
+                        f"no {name} example has a response inside its first {self.length + 1} tokens; use a longer "
+                        "data.length (or data.packing=true)",
+                    )
+            return train, val
+        self.corpus.check_windows(meta)
+        train, val = splits["train"], splits["val"]
+        return (
+            Packed(**common, begin=0, end=train["tokens"], seed=self.corpus.seed),
+            Packed(
+                **common, begin=val["start"], end=val["start"] + val["tokens"], count=self.corpus.val_windows
+            ),
+        )
 
     def unigram_entropy(self) -> float | None:
         """The training tokens' unigram entropy (CorpusDataModule's); None for a stream, never all at hand."""

@@ -152,36 +152,8 @@ class CorpusDataModule(DiskDataModule):
         )
 
     def examples(self, store, meta: dict) -> tuple[Dataset, Dataset]:
-        """Fine-tuning's two splits, padded one example a row, or packed (`packing`) into windows that
-        declare their documents."""
-        loss = shards.TokenStore(self.dataset_dir, {"shards": meta["streams"]["loss"], "dtype": "uint8"})
-        starts_store = shards.TokenStore(
-            self.dataset_dir, {"shards": meta["streams"]["starts"], "dtype": "int64"}
-        )
-        starts = starts_store.read(0, len(starts_store))
-        counts, splits = meta["examples"], meta["splits"]
-        if not getattr(self, "packing", False):
-            common = dict(store=store, loss=loss, starts=starts, tokenizer=self.tokenizer, length=self.length)
-            train = Padded(**common, first=0, end=counts["train"])
-            val = Padded(**common, first=counts["train"], end=counts["train"] + counts["val"])
-            for name, split in (("train", train), ("val", val)):
-                if not len(split):
-                    raise ConfigError(
-                        "data.length",
-                        self.length,
-                        f"no {name} example has a response inside its first {self.length + 1} tokens; use a longer "
-                        "data.length (or data.packing=true)",
-                    )
-            return train, val
-        self.corpus.check_windows(meta)
-        common = dict(store=store, loss=loss, starts=starts, tokenizer=self.tokenizer, length=self.length)
-        train, val = splits["train"], splits["val"]
-        return (
-            Packed(**common, begin=0, end=train["tokens"], seed=self.corpus.seed),
-            Packed(
-                **common, begin=val["start"], end=val["start"] + val["tokens"], count=self.corpus.val_windows
-            ),
-        )
+        """The two splits of fine-tuning shards (their `streams`): data=hf's (harness.data.sources.hub)."""
+        raise ConfigError("data", str(self.dataset_dir), "holds fine-tuning examples: read them with data=hf")
 
     def unigram_entropy(self) -> float:
         """Nats per token of the training tokens' unigram distribution: the best a model that ignores its
