@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks import OUT, write
-from benchmarks.probes import CONF, INNER, Bench, RandomTokens, compare_hooks, timed_hooks
+from benchmarks.probes import BARE_TRAINER, CONF, INNER, Bench, RandomTokens, compare_hooks, timed_hooks
 from harness.models import GPT
 from harness.probes import build_probes
 from harness.train.checkpoints import ResumeState
@@ -134,12 +134,7 @@ def kernels_a_step(variant: str) -> float:
     counts = Counter()
     trainer = pl.Trainer(
         max_steps=STEPS,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        log_every_n_steps=10,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        **BARE_TRAINER,
         logger=loggers,
         callbacks=[_CountKernels(counts), NonFiniteGuard(), ResumeState(), *probes, Readout()],
         default_root_dir=runs,

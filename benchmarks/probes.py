@@ -88,6 +88,16 @@ MODELS = {
 }
 TARGETS = {"tiny": 1.25, "small": 1.02, "gpt2": 1.05}  # probes on / off, at most
 SYMPTOM_PROBES = ("activations", "symptoms")  # what the symptoms add to the probes
+#: a Trainer that trains and logs as mode=full does (every 10 steps), with nothing else: no validation, no
+#: checkpoint, no progress bar, no summary
+BARE_TRAINER = dict(
+    limit_val_batches=0,
+    num_sanity_val_steps=0,
+    log_every_n_steps=10,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
 SYMPTOMS_TARGET = 1.02  # every probe / every probe but those, at most
 INNER = 100  # steps of each variant per repetition: a multiple of every default period (1, 10, 20, 50, 100)
 WATCH_INNER = 20  # the same for wandb.watch (log_freq 10)
@@ -173,12 +183,7 @@ class Bench:
         self.trainer = pl.Trainer(
             max_steps=-1,
             max_epochs=-1,
-            limit_val_batches=0,
-            num_sanity_val_steps=0,
-            log_every_n_steps=10,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+            **BARE_TRAINER,
             logger=loggers,
             callbacks=[self.gate, *self.base, *callbacks],
             default_root_dir=OUT / "probes_runs" / model_name / name,
