@@ -27,6 +27,7 @@ PLANTED = {  # planted mistake -> words its FAIL must hold: what it is, and the 
     "SampledVal": ["sampler is a RandomSampler", FIX],
     "BatchSampledVal": ["batch sampler's sampler is a RandomSampler", FIX],
     "DistributedVal": ["DistributedSampler with shuffle=True", "DistributedSampler(..., shuffle=False)"],
+    "ResumableVal": ["EpochPermutation, which orders each epoch anew", FIX],
     "DrawnVal": ["__getitem__ draws at random", "from a fixed seed"],
     "PythonDrawnVal": ["__getitem__ draws at random", "from a fixed seed"],
     "RedrawnVal": ["(Permutation) hands out another order at the next validation", "a SequentialSampler"],

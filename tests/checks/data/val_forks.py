@@ -51,6 +51,17 @@ class DistributedVal(PaddedLM):
         return DataLoader(self.val_dataset, self.batch_size, sampler=sampler, collate_fn=self.collate)
 
 
+class ResumableVal(PaddedLM):
+    """BUG: the harness's own resumable training loader reused for validation (it orders each epoch anew)."""
+
+    def val_dataloader(self) -> DataLoader:
+        from harness.data.sampler import ResumableLoader
+
+        return ResumableLoader(
+            self.val_dataset, self.batch_size, seed=0, drop_last=False, collate_fn=self.collate
+        )
+
+
 class Drawn(Dataset):
     """Item i is an example drawn at random from the global generator (`draw`: torch's or Python's)."""
 

@@ -31,6 +31,8 @@ def _drawn_at_random(sampler) -> tuple[str, str] | None:
     """(what `sampler` is, the one-line fix) where it draws another order at each pass, else None."""
     name = type(sampler).__name__
     if isinstance(sampler, DistributedSampler):
+        if not hasattr(sampler, "shuffle"):  # a subclass of its own (the harness's EpochPermutation)
+            return f"a {name}, which orders each epoch anew", "read validation in order: shuffle=False"
         if not sampler.shuffle:
             return None
         return (
