@@ -136,7 +136,13 @@ def test_bad_value_exits_2_with_one_line(override, names, run_train, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], result.stderr
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "verdict.json").exists()
+    run = tmp_path / "run"
+    if override == "n=5000":  # found as the run reads its data: the run dir's verdict and page say so
+        verdict = json.loads((run / "verdict.json").read_text())
+        assert verdict["status"] == "CONFIG_ERROR" and f"error: {verdict['error']}" == lines[0], verdict
+        assert (run / "report.html").is_file()
+    else:  # refused at the door: no run dir at all
+        assert not run.exists()
 
 
 @pytest.mark.slow

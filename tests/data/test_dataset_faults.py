@@ -93,16 +93,17 @@ def test_a_huge_line_keeps_the_console_and_verdict_small(tmp_path, run_train):
     assert result.returncode == 2, result.stderr[-2000:]
     assert lines[-1].startswith(f"error: data.path={folder}: train.jsonl line 2: longer than"), lines[-1]
     assert len(result.stderr) + len(result.stdout) < 20_000 and "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "verdict.json").exists()
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())  # the run's own, small
+    assert verdict["status"] == "CONFIG_ERROR" and (tmp_path / "run" / "verdict.json").stat().st_size < 2000
 
 
-@pytest.mark.slow  # a sweep through train.py: the job's ERROR verdict holds the line, not the file
+@pytest.mark.slow  # a sweep through train.py: the job's CONFIG_ERROR verdict holds the line, not the file
 def test_a_huge_line_in_a_sweep_leaves_a_small_verdict(tmp_path, run_train):
     folder, _ = faulty(tmp_path, "huge_line")
     result = run_train("-m", "data=folder", f"data.path={folder}", "data.length=4", "n=1,2", *PROBES_OFF)
     verdicts = sorted((tmp_path / "sweep").glob("*/verdict.json"))
     assert len(verdicts) == 2 and all(v.stat().st_size < 2000 for v in verdicts), result.stderr[-2000:]
-    assert json.loads(verdicts[0].read_text())["status"] == "ERROR"
+    assert json.loads(verdicts[0].read_text())["status"] == "CONFIG_ERROR"
     assert len(result.stderr) + len(result.stdout) < 50_000
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
@@ -115,6 +117,51 @@ def _library_error(err: BaseException) -> BaseException:
     return getattr(err, "library", None) or err
 
 
+class ImportFailed(ConfigError):
+    """A _target_ whose module exists but fails as it is imported: the line leads with the cause, `file:line:
+    SyntaxError: ...`, then names the key."""
+
+    def __init__(self, key: str, value: object, cause: str):
+        super().__init__(key, value, f"cannot be imported: {cause}")
+        self.args = (f"{cause} ({key}={value} cannot be imported until it is fixed)",)
+
+
+def _not_imported(key: str, target, err: BaseException) -> ConfigError:
+    """The error of a `_target_` that did not import: its module's own failure first (a syntax error, an import it
+    makes that fails) where there is one, else the module path to check."""
+    failure = err.__cause__ if isinstance(err, ImportError) and err.__cause__ is not None else None
+    module = str(target).partition(".")[0]
+    missing = isinstance(failure, ModuleNotFoundError) and failure.name in (module, None)
+    if failure is None or missing:
+        detail = _one_line_message(failure or err)
+        return ConfigError(
+            key,
+            target,
+            f"cannot be imported: check the module path and that its package is importable from here "
+            f"({detail})",
+        )
+    return ImportFailed(key, target, _where_it_failed(failure))
+
+
+def _where_it_failed(failure: BaseException) -> str:
+    """`file:line: Type: message` of an exception raised while a module imported: a SyntaxError's own file and line,
+    else the innermost frame of the traceback outside importlib's."""
+    if isinstance(failure, SyntaxError) and failure.filename:
+        place = f"{_shown(failure.filename)}:{failure.lineno}"
+        return f"{place}: {type(failure).__name__}: {failure.msg}"
+    frames = [f for f in traceback.extract_tb(failure.__traceback__) if "importlib" not in f.filename]
+    place = f"{_shown(frames[-1].filename)}:{frames[-1].lineno}: " if frames else ""
+    return f"{place}{type(failure).__name__}: {_one_line_message(failure)}"
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the working directory where it lies under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
 def build(node: DictConfig, key: str, **kwargs):
     """hydra.utils.instantiate of the node at `key`, a mistake raised as a one-line ConfigError. A `_partial_`
     node's arguments are checked against its target's signature now, not when it is called."""
@@ -125,12 +172,7 @@ def build(node: DictConfig, key: str, **kwargs):
         if isinstance(cause, ConfigError):
             raise cause from None
         if isinstance(cause, ImportError) or str(err).startswith("Error locating target"):
-            raise ConfigError(
-                f"{key}._target_",
-                node.get("_target_"),
-                "cannot be imported: check the module "
-                f"path and that its package is importable from here ({cause or err})",
-            ) from None
+            raise _not_imported(f"{key}._target_", node.get("_target_"), cause or err) from None
         if isinstance(cause, TypeError):
             names = [k for k in node if not str(k).startswith("_")] + list(kwargs)
             _refuse_argument(node, key, get_object(node._target_), names)

@@ -21,6 +21,7 @@ STATUS_COLORS = {
     "NONFINITE": "#cf222e",
     "SYMPTOM": "#bc4c00",
     "ERROR": "#cf222e",
+    "CONFIG_ERROR": "#cf222e",
     "INTERRUPTED": "#8250df",
     "RANK_LOST": "#cf222e",
     "RANK_STALLED": "#cf222e",

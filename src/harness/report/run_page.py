@@ -26,7 +26,7 @@ PAGE = "report.html"
 MEANING = {
     0: "the run did what it was asked",
     1: "the run failed (FAIL: the goal not reached; ERROR: the job could not run)",
-    2: "a config or input mistake, before any run",
+    2: "a config or input mistake (CONFIG_ERROR): no step was trained",
     3: "the preflight failed: no step was trained",
     4: "a NaN or inf stopped training",
     5: "training showed symptoms, and probes.symptoms.fail=true makes them fail the run",
@@ -114,6 +114,8 @@ def sentence(v: dict, goal: float | None) -> str:
         return f"{model} {on} trained ({took}, {v.get('judged', 'no failure')}) but showed {', '.join(symptoms)}."
     if status == "ERROR":
         return f"The job could not run: {v.get('error') or 'no cause recorded'}."
+    if status == "CONFIG_ERROR":
+        return f"The job did not start, its config or input refused: {v.get('error') or 'no cause recorded'}."
     return f"{model} {on}: {status}."
 
 
@@ -147,6 +149,8 @@ def next_step(v: dict, run_dir: Path, overrides: list[str]) -> str:
         )
     if status == "ERROR":
         return f"The traceback is in {run_dir / 'train.log'}."
+    if status == "CONFIG_ERROR":
+        return "Fix the key or file the line above names and run the command again."
     return ""
 
 

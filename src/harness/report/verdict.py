@@ -11,13 +11,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 #: a verdict's exit code (a single run exits with it); INTERRUPTED exits 128 + the signal's number (130 SIGINT,
-#: 143 SIGTERM, 140 SIGUSR2), a config or input mistake exits 2 before any verdict (harness.errors.die)
+#: 143 SIGTERM, 140 SIGUSR2); a config or input mistake found at the door exits 2 before any run dir exists
+#: (harness.errors.die), one found as the run builds its parts is its CONFIG_ERROR verdict
 EXIT_CODES = {
     "PASS": 0,
     "DONE": 0,
     "DEBUG": 0,
     "FAIL": 1,
     "ERROR": 1,
+    "CONFIG_ERROR": 2,
     "PREFLIGHT_FAIL": 3,
     "NONFINITE": 4,
     "SYMPTOM": 5,
@@ -76,7 +78,7 @@ class Verdict:
         None  # RANK_LOST, RANK_STALLED: {ranks: [{rank, what, pid, host, step, phase, where}], seen_by}
     )
     nonfinite: dict | None = None  # NONFINITE: {step, where}
-    error: str | None = None  # ERROR: why
+    error: str | None = None  # ERROR, CONFIG_ERROR: why
     items: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

@@ -182,7 +182,7 @@ def diagnose(rungs: list[Rung], substitute: str) -> tuple[str, list[str]]:
         return "model broken", evidence + _warnings_of(failed)
     names = sorted({s["name"] for s in failed.verdict.get("symptoms", [])})
     causes = [f"optimization: {name}: {OPTIMIZATION[name]}" for name in names if name in OPTIMIZATION]
-    if failed.status == "ERROR":
+    if failed.status in ("ERROR", "CONFIG_ERROR"):
         causes = [f"the run at n={failed.n} could not finish: {failed.verdict.get('error')}"]
     if not causes:
         causes = [f"capacity: no symptom at n={failed.n}; a larger model or more steps (mode.max_steps)"]

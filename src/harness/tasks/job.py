@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError, die
 from harness.report.verdict import STOPPED, Verdict, exit_code, status_in
@@ -60,7 +60,7 @@ def job(cfg: DictConfig) -> dict | float | None:
         guard_worker()
         if stop_signal(sweep_dir) is not None:  # a signal stopped the sweep: this job does not start
             return _not_started(out, stop_signal(sweep_dir))
-    with recorded(out, sweeping) as record:
+    with recorded(out, sweeping, cfg) as record:
         if not started_by_lightning():  # a launcher's job too: its dir holds no earlier run
             check_run_dir(cfg, out)
         record.verdict = named_task(cfg)(cfg, open_job(cfg, checked=True))
@@ -87,21 +87,26 @@ class Record:
 
 
 @contextmanager
-def recorded(out: Path, sweeping: bool):
-    """Around a task: a verdict whatever happens. A config mistake exits 2 (in a sweep: an ERROR verdict); a signal
-    before the task's own handler is INTERRUPTED; a bug is an ERROR verdict, then raised (in a sweep: logged)."""
+def recorded(out: Path, sweeping: bool, cfg: DictConfig | None = None):
+    """Around a task: a verdict whatever happens. A config mistake is a CONFIG_ERROR verdict, then exits 2 (in a
+    sweep: logged); a signal before the task's own handler is INTERRUPTED; a bug is an ERROR verdict, then raised (in
+    a sweep: logged)."""
+    from harness.ranks import global_rank
+
     record, paged = Record(), True
     try:
         yield record
     except ConfigError as err:
-        paged = not isinstance(
-            err, RunDirTaken
-        )  # that dir's verdict and page are an earlier run's: left as they are
+        # a run dir holding an earlier run's verdict: left as it is; else the error is this run's verdict and page
+        paged = not isinstance(err, RunDirTaken)
+        if paged and global_rank() == 0:
+            mode = OmegaConf.select(cfg, "mode.name", default=None) if cfg is not None else None
+            Verdict(status="CONFIG_ERROR", mode=mode, steps=0, error=str(err), run_dir=str(out)).write(out)
+            _write_page(out, writer=True)
+        paged = False  # written now: a single run's exit below leaves no later moment
         if not sweeping:
             die(str(err), err)
         log.error("error: %s", err)
-        if paged:
-            Verdict(status="ERROR", error=str(err)).write(out)
     except Interrupted as stop:  # before the task's own handler took over: a verdict all the same
         verdict = Verdict(status="INTERRUPTED", signal=stop.signum, steps=0, run_dir=str(out))
         verdict.write(out)
@@ -150,7 +155,8 @@ def _log_apart(rank: int, name: str = "train.log") -> None:
 
 
 class RunDirTaken(ConfigError):
-    """The run dir holds an earlier run's verdict: refused, and nothing is written there (not even an ERROR verdict)."""
+    """The run dir holds an earlier run's verdict: refused, and nothing is written there (not even a CONFIG_ERROR
+    verdict)."""
 
 
 def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
