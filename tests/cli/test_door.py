@@ -83,6 +83,20 @@ def test_good_values_of_other_kinds_pass(tmp_path):
         check_overrides([*overrides, f"hydra.run.dir={tmp_path}/run"], CONF)
 
 
+def test_a_full_run_shorter_than_its_validation_period_is_warned_of_once_naming_both_keys(capsys, tmp_path):
+    check_overrides(["mode=full", "mode.max_steps=20,30", f"hydra.sweep.dir={tmp_path}/sweep", "-m"], CONF)
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 2, warned  # one a value of the sweep, each once
+    assert all("mode.val_every=200" in line and "no validation will run" in line for line in warned), warned
+    assert "mode.max_steps=20 " in warned[0] and "mode.max_steps=30 " in warned[1], warned
+    for quiet in (
+        ["mode=full", "mode.max_steps=20", "mode.val_every=10"],
+        ["mode=overfit", "mode.max_steps=20"],
+    ):
+        check_overrides([*quiet, f"hydra.run.dir={tmp_path}/run"], CONF)
+        assert "warning:" not in capsys.readouterr().err, quiet
+
+
 def test_an_unquoted_non_ascii_value_is_told_how_to_quote(capsys):
     message = refused(capsys, "data.alphabet=αβγ")
     assert "data.alphabet=αβγ" in message and "\"data.alphabet='αβγ'\"" in message

@@ -3,6 +3,7 @@ folders checked, no earlier run overwritten. A mistake is one `error:` line and 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -92,10 +93,10 @@ def _checked_jobs(
 
     from harness.config.explain import base_of, explain
     from harness.report.optimized_metric import check_sweeper
-    from harness.tasks.validate import check_types, validate
+    from harness.tasks.validate import check_types, notices, validate
     from harness.train.distributed.devices import check_launch, on_cluster
 
-    jobs = []
+    jobs, said = [], []
     for index, variant in enumerate(variants):
         try:
             cfg = first if index == 0 else compose(config_name="train", overrides=searchpath + variant)
@@ -112,7 +113,10 @@ def _checked_jobs(
             check_sweeper(cfg, hydra_cfg.sweeper, multirun=multirun)  # Optuna needs a number to optimize
         except ConfigError as err:
             die(str(err), err)
+        said += [line for line in notices(cfg) if line not in said]
         jobs.append((cfg, base, given))
+    for line in said:  # once for the sweep, before any job runs
+        print(f"warning: {line}", file=sys.stderr)
     return jobs
 
 

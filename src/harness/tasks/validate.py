@@ -149,6 +149,18 @@ def _check_across(cfg: DictConfig) -> None:
         )
 
 
+def notices(cfg: DictConfig) -> list[str]:
+    """What a valid config will do that its author may not expect, one line each (the door prints them)."""
+    said = []
+    mode = cfg.mode
+    if mode.name == "full" and isinstance(mode.get("val_every"), int) and mode.max_steps < mode.val_every:
+        said.append(
+            f"mode.max_steps={mode.max_steps} is below mode.val_every={mode.val_every}: no validation will run, "
+            f"and the run ends with no val loss; lower mode.val_every (e.g. mode.val_every={mode.max_steps})"
+        )
+    return said
+
+
 def validate(cfg: DictConfig, devices: bool = True) -> None:
     """Raise ConfigError on the composed config's first bad value. `devices`: also check the trainer's devices
     against this machine."""
