@@ -8,6 +8,7 @@ import re
 import pytest
 
 from harness.report.verdict import read_verdict
+from tests.conftest import ROOT
 
 VERDICT_KEYS = {
     "mode",
@@ -160,3 +161,9 @@ def test_overfit_ladder(run_train, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     verdicts = [json.loads(v.read_text()) for v in sorted((tmp_path / "sweep").glob("*/verdict.json"))]
     assert sorted(v["n"] for v in verdicts) == [1, 2, 5] and all(v["status"] == "PASS" for v in verdicts)
+    # the guide's sample of this sweep's summary.md has the columns it writes, and the last line names its page
+    header = next(
+        line for line in (tmp_path / "sweep" / "summary.md").read_text().splitlines() if line[:1] == "|"
+    )
+    assert header in (ROOT / "docs" / "workflow.md").read_text(), header
+    assert f"its page: {tmp_path / 'sweep' / 'report.html'}" in result.stdout + result.stderr

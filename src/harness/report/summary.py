@@ -289,10 +289,11 @@ class SweepSummary(Callback):
         written = write_summary(sweep_dir, jobs)
         failed = [job.row["job"] for job in jobs if job.row["status"] not in ("PASS", "DONE")]
         log.info(
-            "sweep summary of %d jobs%s: %s",
+            "sweep summary of %d jobs%s: %s; its page: %s",
             len(jobs),
             f" ({len(failed)} not PASS/DONE: jobs {', '.join(failed)})" if failed else "",
             written["md"],
+            written["html"],
         )
 
 
