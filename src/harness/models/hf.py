@@ -1,6 +1,6 @@
 """HFCausalLM: any Hugging Face causal LM architecture built from its config with random weights, behind the
-Model contract; nothing is downloaded (`python train.py model=hf model.arch=llama`). Needs `pip install -e
-'.[hf]'`."""
+Model contract, its forward called so that transformers copies nothing to the host; nothing is downloaded
+(`python train.py model=hf model.arch=llama`). Needs `pip install -e '.[hf]'`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from harness.errors import ConfigError
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 #: the MLP width's name where the architecture does not map `intermediate_size` to its own key
 FFN_KEYS = ("intermediate_size", "n_inner", "ffn_dim")
+#: sdpa under a name transformers builds no mask for: its attention layers get none and run sdpa's own causal
+#: path (`is_causal`), the one plain sdpa takes anyway when nothing is padded, packed or windowed
+CAUSAL_SDPA = "sdpa_is_causal"
+#: config keys whose window (a number of positions) narrows attention below causal: a mask is needed past it
+WINDOWS = ("sliding_window", "attention_chunk_size")
 
 
 def _architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
@@ -46,6 +51,28 @@ def _architecture_config(arch: str, sizes: dict, dropout: float, extra: dict):
     if isinstance(getattr(defaults, "rotary_dim", None), int) and defaults.rotary_dim > head_dim:
         values["rotary_dim"] = head_dim  # GPT-J, CodeGen: rotary dimensions past a small head do not exist
     return AutoConfig.for_model(arch, **{**values, **extra})
+
+
+def _mask_is_causal(config, max_len: int) -> bool:
+    """Whether every mask transformers would build for `config` is the plain causal one, for inputs of up to
+    `max_len` tokens that the wrapper passes no attention_mask or position_ids for: no window that can bite, no
+    ALiBi bias read from the mask, no bidirectional attention."""
+    windows = [getattr(config, key, None) for key in WINDOWS]
+    narrow = any(isinstance(w, int) and not isinstance(w, bool) and 0 < w <= max_len for w in windows)
+    return getattr(config, "is_causal", True) and not getattr(config, "alibi", False) and not narrow
+
+
+def _skip_mask_building(lm, max_len: int) -> None:
+    """Run sdpa's causal path without the mask transformers builds for it, where that is the same computation:
+    building it checks on the host, one `bool()` a mask a forward, that the position ids show no packed documents
+    (the wrapper passes none: they never do). Any other attention keeps its own (eager: see `forward`)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if lm.config._attn_implementation != "sdpa" or not _mask_is_causal(lm.config, max_len):
+        return
+    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)  # transformers' registry: idempotent
+    lm.set_attn_implementation(CAUSAL_SDPA)
 
 
 class HFCausalLM(nn.Module):
@@ -84,10 +111,14 @@ class HFCausalLM(nn.Module):
         )  # None: the architecture's own
         self.lm = AutoModelForCausalLM.from_config(hf_config, **chosen)
         self.architecture = type(self.lm).__name__  # what the verdict names the model by
+        _skip_mask_building(self.lm, max_len)
+        # eager builds its mask from a 2-D one without a host check; with none, it checks the position ids
+        self.full_mask = self.lm.config._attn_implementation == "eager"
 
     @property
     def token_embedding(self) -> nn.Module:
         return self.lm.get_input_embeddings()
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=input_ids, use_cache=False).logits
+        mask = {"attention_mask": torch.ones_like(input_ids)} if self.full_mask else {}  # every token is real
+        return self.lm(input_ids=input_ids, use_cache=False, **mask).logits
