@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from harness.config.build import build
 from harness.errors import ConfigError
+from harness.report.verdict import read_verdict
 from tests.conftest import PROBES_OFF, train
 
 BROKEN = {  # a module of a fork -> (its text, the line the error leads with)
@@ -73,6 +74,11 @@ def test_a_broken_fork_model_through_train_py_is_one_line_with_a_verdict_and_a_p
     assert f"error: {verdict['error']}" == lines[0]
     page = (run / "report.html").read_text()
     assert "CONFIG_ERROR" in page and "was never closed" in page
+
+    fixed = train(
+        "model=rnn", *PROBES_OFF, cwd=fork_dir, data_root=data_root
+    )  # the same dir, its mistake fixed
+    assert fixed.returncode == 0 and read_verdict(run)["status"] == "PASS", fixed.stderr[-2000:]
 
     (fork_dir / "door").mkdir()
     door = train("n=0", cwd=fork_dir / "door", data_root=data_root)  # refused at the door: nothing made

@@ -57,7 +57,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
         "the probe's reach, read back"
     )
     assert (bad["status"], bad["model"], bad["length"], bad["rule"], bad["n"]) == (
-        "ERROR",
+        "CONFIG_ERROR",
         "Transformer",
         "12",
         "first_token",
@@ -68,7 +68,7 @@ def test_failed_job_is_marked_and_the_others_kept(failing_sweep):
     assert (
         "| model | length | rule | status | final_loss | accuracy | steps | reach_init | reach_final |" in md
     )
-    assert "| ERROR |" in md and "n=5000" in md and "1 ERROR" in md
+    assert "| CONFIG_ERROR |" in md and "n=5000" in md and "1 CONFIG_ERROR" in md
     assert_plots(failing_sweep)
 
 
@@ -81,7 +81,7 @@ def test_report_rebuilds_the_summary_from_the_job_dirs(failing_sweep, tmp_path, 
         (failing_sweep / name).unlink()
     assert report_main([str(failing_sweep)]) == 0
     assert (failing_sweep / "summary.csv").read_text() == before
-    assert "| ERROR |" in capsys.readouterr().out
+    assert "| CONFIG_ERROR |" in capsys.readouterr().out
     assert_plots(failing_sweep)
     for bad in (tmp_path / "nope", tmp_path):  # no such dir; a dir without job dirs
         assert report_main([str(bad)]) == 2
@@ -101,7 +101,7 @@ def test_summary_of_a_job_that_died_without_a_verdict(failing_sweep, tmp_path):
     assert (
         rows["0"]["status"] == "MISSING" and rows["0"]["model"] == "Transformer" and rows["0"]["length"] == 12
     )
-    assert "no verdict.json" in rows["0"]["error"] and rows["1"]["status"] == "ERROR"
+    assert "no verdict.json" in rows["0"]["error"] and rows["1"]["status"] == "CONFIG_ERROR"
     write_summary(sweep, plots=False)
     assert "| MISSING |" in (sweep / "summary.md").read_text()
 

@@ -161,9 +161,10 @@ class RunDirTaken(ConfigError):
 
 def check_run_dir(cfg: DictConfig, run_dir: Path, key: str = "hydra.run.dir") -> None:
     """Raise RunDirTaken for a run dir holding an earlier run's verdict, unless `+overwrite=true`, the run resumes
-    from a checkpoint inside it, or that run stopped part-way (STOPPED: a requeued or restarted job)."""
+    from a checkpoint inside it, that run stopped part-way (STOPPED: a requeued or restarted job) or it never began
+    (CONFIG_ERROR: the same command again, its mistake fixed)."""
     status = status_in(Path(run_dir))
-    if status in (None, *STOPPED) or cfg.get("overwrite", False) is True:
+    if status in (None, "CONFIG_ERROR", *STOPPED) or cfg.get("overwrite", False) is True:
         return
     run_dir = Path(run_dir).absolute()
     ckpt = cfg.get("ckpt_path")
