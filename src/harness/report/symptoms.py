@@ -20,6 +20,8 @@ SUGGESTIONS = {
     "inputs down (init, normalization before it) or lower the learning rate",
     "loss_spike": "lower the learning rate (optim.lr), add warmup (schedule=cosine schedule.warmup=...), or clip "
     "gradients (trainer.gradient_clip_val=1.0)",
+    "divergence": "the loss climbs and stays up: lower the learning rate (optim.lr) several times over, add or "
+    "lengthen warmup (schedule=cosine schedule.warmup_steps=...), or clip gradients (trainer.gradient_clip_val=1.0)",
     "no_progress": "the loss is where it started: raise the learning rate (optim.lr), check that the "
     "parameters are trainable and that the loss is not detached from them",
     "update_ratio": "the optimizer's steps are the wrong size for the weights: change the learning rate "

@@ -26,6 +26,7 @@ OPTIMIZATION = {
     "no_progress": "the learning rate is too low (optim.lr)",
     "update_ratio": "the learning rate is off (optim.lr): see the update ratio's direction",
     "loss_spike": "the learning rate is too high (optim.lr), or warmup is missing",
+    "divergence": "the learning rate is far too high (optim.lr): the loss climbs and stays up",
     "exploding_gradients": "the gradients explode: a lower learning rate, clipping, a smaller init",
     "vanishing_gradients": "the gradients vanish before the first layers: residuals, normalization, a gated cell",
     "saturated_activations": "saturated tanh/sigmoid layers pass no gradient: scale their inputs down",

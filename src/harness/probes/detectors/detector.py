@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from harness.errors import ConfigError
 from harness.probes.probe import checked_whole_number
 
 #: the running medians the loss and gradient rules compare against: this many latest values
@@ -43,6 +44,8 @@ class Limits:
     spikes: int = 2
     spike_stay: int = 8
     spike_sigmas: float = 6.0
+    diverge_rise: float = 0.5
+    diverge_stay: int = 20
     progress: float = 0.05
     ratio_high: float = 1.0
     ratio_low: float = 1e-6
@@ -54,6 +57,14 @@ class Limits:
         checked_whole_number(
             "spike_stay", self.spike_stay, 1, "steps in a row a spike lasts to be one (try 8)"
         )
+        checked_whole_number(
+            "diverge_stay", self.diverge_stay, 1, "steps in a row the loss climbs to diverge (try 20)"
+        )
+        rise = self.diverge_rise  # 0 would name a flat loss's noise; nan, nothing
+        if isinstance(rise, bool) or not isinstance(rise, int | float) or not rise > 0:
+            raise ConfigError(
+                "diverge_rise", rise, "must be a number > 0, a fraction of the initial loss (try 0.5)"
+            )
 
 
 def field_names_text(kind) -> str:

@@ -3,10 +3,13 @@ norms, a trained reach of 0) and `update_ratio`; `blocks_of` finds the numbered 
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 
 from harness.probes.detectors.detector import RUNNING
+
+log = logging.getLogger(__name__)
 
 #: a total gradient norm below this is no explosion, whatever it grew from (a zero-initialized branch, a norm
 #: near convergence): the gradient of a mean loss is of order 1 for activations of order 1
@@ -35,7 +38,10 @@ class GradientRules:
     through it."""
 
     def check_exploding(self, step: int, total: float) -> None:
+        """The total gradient norm against its running median and `explode_norm`: rules of consecutive steps, fed
+        every step by probes.norms.every=1; further apart, they judge the readings they get, and say so once."""
         history = self.grad_totals
+        self._note_period(step)
         if not math.isfinite(total):
             return
         if len(history) >= 5 and total >= EXPLODE_MIN:
@@ -46,14 +52,27 @@ class GradientRules:
                 )
                 self.report("exploding_gradients", step, "grad_norm/total", total, detail)
         if self.streaks.update("norm", total > self.explode_norm) >= self.patience:
+            apart = f"readings {self.total_period} steps apart" if self.total_period else "steps"
             detail = (
-                f"the total gradient norm is {total:.4g}, above {self.explode_norm:g} for {self.patience} steps in "
+                f"the total gradient norm is {total:.4g}, above {self.explode_norm:g} for {self.patience} {apart} in "
                 "a row (a mean loss's gradient is of the order of the activations: these are far too large)"
             )
             self.report("exploding_gradients", step, "grad_norm/total", total, detail)
         history.append(total)
         if len(history) > 5 + 2 * RUNNING:  # the first 5 and the latest: all the rules read
             del history[5 : 5 + RUNNING]
+
+    def _note_period(self, step: int) -> None:
+        """The steps between two readings of the total gradient norm: a warning, once, where they are over 1."""
+        if self.total_step is not None and step - self.total_step > 1 and self.total_period is None:
+            self.total_period = step - self.total_step
+            log.warning(
+                "exploding_gradients reads grad_norm/total every %d steps (probes.norms.every), not every step: a "
+                "jump between two readings goes unseen and its running median and patience count readings; "
+                "probes.norms.every=1 judges every step",
+                self.total_period,
+            )
+        self.total_step = step
 
     def check_growth(self, step: int) -> None:
         """The total gradient norm's median of the latest 5 readings against that of its first 5."""
@@ -99,7 +118,8 @@ class GradientRules:
                 self.report(name, step, first, ratio, detail, side="blocks" if name.startswith("v") else "")
 
     def check_update_ratios(self, step: int, row: dict) -> None:
-        """Every weight matrix's ‖Δw‖/‖w‖; a symptom each direction, naming the first past its limit."""
+        """Every weight matrix's ‖Δw‖/‖w‖; a symptom each direction, naming the first past its limit. It judges
+        the learning rate's lasting size, not one step: `patience` readings probes.norms.ratio_every apart."""
         start = self.initial_loss()
         unconverged = bool(start) and bool(self.losses) and self.losses[-1] > 0.5 * start
         unconverged = unconverged and not self.annealed()  # warmup or decay: small steps on purpose

@@ -1,5 +1,6 @@
-"""The loss's rules, `LossRules`: `loss_spike` (a jump that stays or recurs) and `no_progress` (the loss where
-it started, at a learning rate that should move it), read from losses kept on the device."""
+"""The loss's rules, `LossRules`: `loss_spike` (a jump that stays or recurs), `divergence` (a climb that lasts)
+and `no_progress` (the loss where it started, at a learning rate that should move it), read from every step's
+loss, kept on the device between readings."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class LossRules:
         for end, values in batches:  # each batch of losses ends at the step that queued it
             for i, value in enumerate(values):
                 self.check_spike(end - len(values) + 1 + i, value, now=step)
+                self.check_divergence(end - len(values) + 1 + i, now=step)
         self.check_progress(step)
 
     def initial_loss(self) -> float | None:
@@ -75,6 +77,30 @@ class LossRules:
                 f"the loss jumped to {loss:.4g}, {loss / median:.1f}x its running median {median:.4g}, {how}"
             )
             self.report("loss_spike", events[0][0], "train/loss", loss, detail, now=now)
+
+    def check_divergence(self, step: int, now: int) -> None:
+        """A climb: the loss's running median `diverge_rise` of the initial loss above the lowest it has been (the
+        initial loss included) for `diverge_stay` steps in a row; named at the step the climb first held."""
+        start = self.initial_loss()
+        recent = [v for v in self.losses[-RUNNING:] if math.isfinite(v)]
+        if self.steps_read < RUNNING or not start or start < 0 or len(recent) < RUNNING // 2:
+            return
+        # a spike shorter than half of it moves the running median not at all, one step's noise little
+        median = statistics.median(recent)
+        self.lowest = min(start if self.lowest is None else self.lowest, median)
+        # scaled by the initial loss, not the lowest: a memorized loss near 0 that wobbles climbs nowhere
+        if median - self.lowest <= self.diverge_rise * start:
+            self.climb_start = None
+            return
+        self.climb_start = step if self.climb_start is None else self.climb_start
+        stays = step - self.climb_start + 1
+        if stays >= self.diverge_stay:
+            detail = (
+                f"the loss's running median ({RUNNING} steps) climbed from its lowest {self.lowest:.4g} to "
+                f"{median:.4g} (initial loss {start:.4g}), over {self.diverge_rise:g}x the initial loss above it "
+                f"for {stays} steps in a row"
+            )
+            self.report("divergence", self.climb_start, "train/loss", median, detail, now=now)
 
     def annealed(self) -> bool:
         """Whether the schedule holds the learning rate below a tenth of its base now (warmup, decay, zero)."""

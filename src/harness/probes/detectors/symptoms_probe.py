@@ -47,7 +47,11 @@ class Symptoms(LossRules, GradientRules, ActivationRules, Probe):
         self.losses: list[float] = []  # the first 5 optimizer steps' and the latest, on the host
         self.steps_read = 0
         self.spike_events: list[list[int]] = []  # [first step, last step] of each run of spike steps
+        self.lowest: float | None = None  # the loss's lowest running median, the initial loss included
+        self.climb_start: int | None = None  # the first step of the running median's climb past diverge_rise
         self.grad_totals: list[float] = []
+        self.total_step: int | None = None  # the step of the latest grad_norm/total read
+        self.total_period: int | None = None  # the steps between two of them, where over 1
         self.streaks = Streaks()
         self.first_ratio: float | None = None
         self.ending = False
