@@ -18,7 +18,7 @@ SUGGESTIONS = {
     "or use a leaky activation (GELU, LeakyReLU)",
     "saturated_activations": "a tanh/sigmoid layer sits at its limits, where its gradient is ~0: scale its "
     "inputs down (init, normalization before it) or lower the learning rate",
-    "loss_spike": "lower the learning rate (optim.lr), add warmup (schedule=cosine schedule.warmup=...), or clip "
+    "loss_spike": "lower the learning rate (optim.lr), add warmup (schedule=cosine schedule.warmup_steps=...), or clip "
     "gradients (trainer.gradient_clip_val=1.0)",
     "divergence": "the loss climbs and stays up: lower the learning rate (optim.lr) several times over, add or "
     "lengthen warmup (schedule=cosine schedule.warmup_steps=...), or clip gradients (trainer.gradient_clip_val=1.0)",
