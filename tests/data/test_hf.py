@@ -154,7 +154,7 @@ def test_fine_tuning_on_pairs_learns_the_responses_only_padded_and_packed(tmp_pa
         item = padded.train_dataset[i]
         assert masked_targets(item, padded.tokenizer) == rows[i]["response"] + eos
         assert padded.train_dataset.record(i) == {
-            "text": rows[i]["prompt"],
+            "text": rows[i]["prompt"] + "\n",  # data.separator's default: on the prompt's side
             "label": rows[i]["response"] + eos,
         }
     packed = ready(tmp_path, tokenizer=BPE, packing=True, **fields)

@@ -64,7 +64,10 @@ def test_a_streamed_fine_tuning_set_learns_the_responses_only(tmp_path):
     assert len(batch["targets"]) == 4
     for row, targets, mask in zip(rows[held:], batch["targets"], batch["loss_mask"], strict=False):
         assert data.tokenizer.decode(targets[mask].tolist()) == row["response"] + eos
-    assert data.val_dataset.record(0) == {"text": rows[0]["prompt"], "label": rows[0]["response"] + eos}
+    assert data.val_dataset.record(0) == {
+        "text": rows[0]["prompt"] + "\n",
+        "label": rows[0]["response"] + eos,
+    }
 
 
 @pytest.mark.slow  # three runs of two processes, ~20 s each

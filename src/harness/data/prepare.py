@@ -120,7 +120,7 @@ def _write_shards(data) -> None:
             "format": shards.FORMAT,
             "dtype": dtype,
             "tokens": total,
-            "tokenizer": {**_tokenizer_meta(tokenizer), "config": data.tokenizer_cfg},
+            "tokenizer": _tokenizer_meta(tokenizer, data.tokenizer_cfg),
             "splits": {
                 "train": {"start": 0, "tokens": total - held_out},
                 "val": {"start": total - held_out, "tokens": held_out},
@@ -185,6 +185,14 @@ def build_tokenizer(data, texts, alphabet) -> CharTokenizer | HFTokenizer:
     if not path.is_file():
         log.info("training a byte-level BPE of %d tokens on %s", cfg["vocab_size"], data.corpus_dir.name)
         trained = train_bpe(texts(), cfg["vocab_size"])
+        if trained.vocab_size < cfg["vocab_size"]:  # the trainer stops where no pair is left to merge
+            log.warning(
+                "the corpus %s is too small for the BPE asked: tokenizer.vocab_size=%d asked, %d tokens got (no "
+                "pair left to merge); give a larger corpus or a smaller tokenizer.vocab_size",
+                data.corpus_dir.name,
+                cfg["vocab_size"],
+                trained.vocab_size,
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         trained.save(path.with_suffix(".tmp"))
         os.replace(path.with_suffix(".tmp"), path)  # whole or absent
@@ -231,14 +239,18 @@ def _run_tasks(function, tasks: list[shards.Task], workers: int, desc: str, **kw
     return results
 
 
-def _tokenizer_meta(tokenizer) -> dict:
-    """What meta.json records of the tokenizer; `fingerprint` is what a later run's tokenizer must match."""
+def _tokenizer_meta(tokenizer, config: dict) -> dict:
+    """What meta.json records of the tokenizer made from `config` (the tokenizer node); `fingerprint` is what a
+    later run's tokenizer must match."""
     return {
         "vocab_size": tokenizer.vocab_size,
+        # a BPE's size asked: more than vocab_size where the corpus ran out of pairs to merge
+        "vocab_size_asked": config.get("vocab_size"),
         "fingerprint": tokenizer.fingerprint(),
         "bos_id": tokenizer.bos_id,
         "eos_id": tokenizer.eos_id,
         "alphabet": getattr(tokenizer, "alphabet", None),
+        "config": config,
     }
 
 

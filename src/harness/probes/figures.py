@@ -1,21 +1,22 @@
 """A run's figures, drawn by the probes: p_correct.png, embeddings.png, grad_by_position.png (a sweep's are
-harness.report.plots). matplotlib is imported only to draw, on the Agg canvas directly (no pyplot)."""
+harness.report.plots). matplotlib is imported only to draw, on the Agg canvas directly (no pyplot), each figure
+laid out to fit its canvas."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report.plots import log_lines_with_zeros
+from harness.report import plots
 
 
 def _agg_figure(width: float = 6.0, height: float = 4.0):
-    """A matplotlib Figure on an Agg canvas, with fixed margins (a layout engine costs more than the drawing)."""
+    """A matplotlib Figure on an Agg canvas, laid out when drawn (constrained: it makes room for a wrapped title or
+    a long label that fixed margins would cut off, for about 0.1 s more a figure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=80)
+    fig = Figure(figsize=(width, height), dpi=80, layout="constrained")
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.9, wspace=0.25)
     return fig
 
 
@@ -23,14 +24,13 @@ def to_rgb(fig):
     """The figure as a uint8 array [height, width, rgb], for TensorBoard's add_image and wandb.Image."""
     import numpy as np
 
-    fig.canvas.draw()
+    plots.wrap_labels(fig).canvas.draw()
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Save `fig` as `path`, returned."""
-    fig.savefig(path)
-    return path
+    """Save `fig` as `path`, returned, its titles and labels wrapped to fit."""
+    return plots.save_figure(fig, path)
 
 
 def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
@@ -55,7 +55,6 @@ def p_correct_figure(history: list[tuple[int, list[float], float, float]]):
 def embedding_figure(coords: list[list[float]], labels: list[str], step: int, explained: list[float]):
     """The token embeddings projected on their first two principal components; tokens labelled when few."""
     fig = _agg_figure(5, 5)
-    fig.subplots_adjust(left=0.17)
     ax = fig.subplots()
     xs, ys = [c[0] for c in coords], [c[1] for c in coords]
     ax.scatter(xs, ys, s=8, alpha=0.6)
@@ -74,7 +73,7 @@ def grad_by_position_figure(series: dict[str, list[float]]):
     """‖∂L/∂e_t‖ against position t, log scale, a line per series; an underflow to 0 marked on the floor."""
     fig = _agg_figure(7, 4)
     ax = fig.subplots()
-    log_lines_with_zeros(ax, series)
+    plots.log_lines_with_zeros(ax, series)
     ax.set(xlabel="position t", ylabel="‖∂L/∂e_t‖ (log)", title="gradient of the loss by input position")
     return fig
 

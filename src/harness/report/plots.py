@@ -1,18 +1,26 @@
-"""The sweep's figures (`grad_by_position`, `reach_by_length`, `loss_curves`) and `log_lines_with_zeros`, which
-draws an exact zero on a log axis as ▼ on the floor, labelled UNDERFLOW (a run's figures use it too)."""
+"""The sweep's figures (`grad_by_position`, `reach_by_length`, `loss_curves`, each drawn by its `*_figure`), and
+what a run's figures share: `log_lines_with_zeros` (an exact zero on a log axis as ▼ on the floor) and
+`save_figure` (every title and label wrapped to fit the canvas)."""
 
 # matplotlib through Figure objects and the Agg canvas only: no pyplot, no global figure registry, no GUI backend.
 # A gradient that underflowed to exactly zero is the finding, not a gap: a log axis gets it drawn on its floor.
+# Every figure has a layout engine (constrained): it moves the axes to make room for the labels, yet never shortens a
+# text wider than the canvas (a suptitle, a model's name): save_figure breaks those into lines first.
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
 #: what tells lines apart within a panel (the panel is the model), in the order labels name them
 VARYING = ("length", "n", "rule", "data", "mode", "seed")
 UNDERFLOW = "0 (underflow)"
+#: the sweep's PNGs' resolution
+DPI = 110
+#: characters a legend's line holds at most (7 points: about a third of the narrowest panel)
+LEGEND_WIDTH = 40
 
 
 def _figure(panels: int, width: float = 4.6, height: float = 3.6):
@@ -24,6 +32,53 @@ def _figure(panels: int, width: float = 4.6, height: float = 3.6):
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, max(panels, 1), squeeze=False)[0]
     return fig, list(axes)
+
+
+def save_figure(fig, path: Path, **savefig) -> Path:
+    """Save `fig` as `path` (returned), its titles and labels wrapped to fit (wrap_labels)."""
+    wrap_labels(fig).savefig(path, **savefig)
+    return path
+
+
+def wrap_labels(fig):
+    """`fig` (returned) with every title and axis label broken between words into lines that fit the room it has:
+    the figure's width for its suptitle, its axes' width for a title or x label, their height for a y label."""
+    from matplotlib import cbook
+
+    renderer = fig.canvas.get_renderer()
+    for text, room in _rooms(fig):
+        if text.get_text() and not cbook.is_math_text(text.get_text()):  # mathtext is not broken into words
+            text.set_text(_wrapped(text.get_text(), room, text.get_fontproperties(), renderer))
+    return fig
+
+
+def _rooms(fig) -> list[tuple]:
+    """(text, pixels it may span) for the figure's texts (its suptitle too) and each axes' title and labels."""
+    rooms = [(text, 0.96 * fig.bbox.width) for text in fig.texts]
+    for ax in fig.axes:
+        box = ax.get_window_extent()  # before the layout engine runs: its slot with the default margins
+        rooms += [(ax.title, box.width), (ax.xaxis.label, box.width), (ax.yaxis.label, box.height)]
+    return rooms
+
+
+def _wrapped(text: str, room: float, font, renderer) -> str:
+    """`text` with its spaces turned into line breaks where a line would grow wider than `room` pixels (a word
+    wider than that alone keeps its line)."""
+
+    def width(line: str) -> float:
+        return renderer.get_text_width_height_descent(line, font, ismath=False)[0]
+
+    lines = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            longer = f"{line} {word}" if line else word
+            if line and width(longer) > room:
+                lines.append(line)
+                longer = word
+            line = longer
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _varying(jobs) -> list[str]:
@@ -100,6 +155,7 @@ def _models(jobs) -> list[str]:
 
 
 def _legend(ax, any_zero: bool) -> None:
+    """The axes' legend, the underflow marker's entry added where one was drawn, each label wrapped to fit."""
     from matplotlib.lines import Line2D
 
     handles, _ = ax.get_legend_handles_labels()
@@ -109,8 +165,9 @@ def _legend(ax, any_zero: bool) -> None:
                 [], [], linestyle="none", marker="v", color="0.5", markeredgecolor="black", label=UNDERFLOW
             )
         )
-    if handles:
-        ax.legend(handles=handles, fontsize=7)
+    if handles:  # the layout engine never shortens a legend's label (a model's name): wrapped here
+        labels = [textwrap.fill(h.get_label(), LEGEND_WIDTH, break_long_words=False) for h in handles]
+        ax.legend(handles=handles, labels=labels, fontsize=7)
 
 
 def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
@@ -127,8 +184,13 @@ def log_lines_with_zeros(ax, series: dict[str, list[float]]) -> None:
 
 
 def grad_by_position(jobs, path: Path) -> Path:
-    """Write `path`: ‖∂L/∂e_t‖ by position, log scale, a panel a model, a color a length (or what else varies),
-    solid at init, dashed trained."""
+    """Write `path`: the sweep's grads_figure."""
+    return save_figure(grads_figure(jobs), path, dpi=DPI)
+
+
+def grads_figure(jobs):
+    """‖∂L/∂e_t‖ by position, log scale, a panel a model, a color a length (or what else varies), solid at init,
+    dashed trained."""
     models, varying = _models(jobs), _varying(jobs)
     colors = _colors(_label(job, varying) for job in jobs)
     fig, axes = _figure(len(models))
@@ -160,13 +222,17 @@ def grad_by_position(jobs, path: Path) -> Path:
         _legend(ax, any_zero)
     axes[0].set_ylabel("‖∂L/∂e_t‖ (input gradient norm)")
     fig.suptitle("gradient of the loss at each input position (solid: init, dashed: trained)", fontsize=10)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def reach_by_length(jobs, path: Path) -> Path:
-    """Write `path`: gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖ by sequence length, log scale, a line a model (solid:
-    init, dashed: trained)."""
+    """Write `path`: the sweep's reach_figure."""
+    return save_figure(reach_figure(jobs), path, dpi=DPI)
+
+
+def reach_figure(jobs):
+    """Gradient reach ‖∂L/∂e_0‖ / ‖∂L/∂e_(T-2)‖ by sequence length, log scale, a line a model (solid: init,
+    dashed: trained)."""
     fig, (ax,) = _figure(1, width=5.6, height=4.0)
     models = _models(jobs)
     colors = _colors(models)
@@ -204,12 +270,16 @@ def reach_by_length(jobs, path: Path) -> Path:
         ax.axhline(1.0, color="0.8", linewidth=1)
         _mark_floor(ax, floor, any_zero)
         _legend(ax, any_zero)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def loss_curves(jobs, path: Path) -> Path:
-    """Write `path`: training loss by step, log scale, a panel a model, a line a job, validation loss as dots."""
+    """Write `path`: the sweep's loss_figure."""
+    return save_figure(loss_figure(jobs), path, dpi=DPI)
+
+
+def loss_figure(jobs):
+    """Training loss by step, log scale, a panel a model, a line a job, validation loss as dots."""
     models, varying = _models(jobs), _varying(jobs)
     colors = _colors(_label(job, varying) for job in jobs)
     fig, axes = _figure(len(models))
@@ -234,7 +304,6 @@ def loss_curves(jobs, path: Path) -> Path:
                 steps, losses = zip(*val, strict=True)
                 ax.plot(steps, losses, color=colors[label], linestyle="none", marker="o", markersize=4)
         ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        _legend(ax, any_zero=False)
     axes[0].set_ylabel("loss (line: training, dots: validation)")
-    fig.savefig(path, dpi=110)
-    return path
+    return fig

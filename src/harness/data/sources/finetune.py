@@ -46,11 +46,11 @@ def message_pieces(messages: list[dict], render) -> list[tuple[str, bool]]:
     return [(t, loss) for t, loss in [*pieces, (rest, False)] if t]
 
 
-def pair_pieces(prompt: str, response: str, render) -> list[tuple[str, bool]]:
-    """A prompt and its response: through the chat template where there is one, else the two texts as they
-    are, the response in the loss."""
+def pair_pieces(prompt: str, response: str, render, separator: str) -> list[tuple[str, bool]]:
+    """A prompt and its response: through the chat template where there is one, else the prompt and `separator`
+    (on the prompt's side: not learned), then the response, in the loss."""
     if render is _render_plain:
-        return [(prompt, False), (response, True)]
+        return [(prompt + separator, False), (response, True)]
     return message_pieces(
         [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], render
     )

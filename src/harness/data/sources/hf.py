@@ -81,6 +81,7 @@ class HFSource(Shards):
         prompt_field: str | None = None,
         response_field: str | None = None,
         messages_field: str | None = None,
+        separator: str = "\n",
         val_windows: int | None = 512,
         num_proc: int | None = None,
         seed: int = 0,
@@ -88,40 +89,26 @@ class HFSource(Shards):
     ):
         if not path:
             raise ConfigError("data.path", path, f"required: a dataset's name, or {LOCAL}")
-        if (prompt_field is None) != (response_field is None):
-            raise ConfigError(
-                "data.response_field" if response_field is None else "data.prompt_field",
-                None,
-                "fine-tuning on pairs needs both data.prompt_field and data.response_field",
-            )
-        if messages_field and prompt_field:
-            raise ConfigError(
-                "data.messages_field", messages_field, "give it or the prompt/response fields, not both"
-            )
+        self.fields = _fields(text_field, prompt_field, response_field, messages_field)
+        self.separator = _separator(separator)
         for key, value in (("val_windows", val_windows), ("num_proc", num_proc)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"data.{key}", value, "must be a whole number >= 1, or null")
         self.length, self.root, self.path, self.name = length, Path(root), str(path), name
         self.split, self.val_split, self.val_fraction = split, val_split, held_out_fraction(val_fraction)
-        self.fields = (
-            {"messages": messages_field}
-            if messages_field
-            else {"prompt": prompt_field, "response": response_field}
-            if prompt_field
-            else {"text": text_field}
-        )
         self.task = "lm" if "text" in self.fields else "finetune"
         self.tokenizer_cfg = tokenizer_config(tokenizer if tokenizer is not None else {"kind": "char"})
         self.val_windows, self.seed = val_windows, seed
         self.num_proc = num_proc or os.cpu_count() or 1
         self.files = _local_files(self.path)
+        # where the shards go: by what makes their tokens (a pair's separator too)
         stamp = [
             self.path if self.files is None else [(str(p.resolve()), *_state(p)) for p in self.files],
             name,
             split,
             val_split,
             val_fraction,
-            self.fields,
+            [self.fields, self.separator] if prompt_field else self.fields,
         ]
         key = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:10]
         readable = re.sub(r"[^\w.-]+", "_", Path(re.split(r"[*?\[]", self.path)[0].rstrip("/")).name)[:40]
@@ -243,7 +230,8 @@ class HFSource(Shards):
             return [(row[self.fields["text"]], True)]
         if "messages" in self.fields:
             return message_pieces(list(row[self.fields["messages"]] or []), render)
-        return pair_pieces(row[self.fields["prompt"]] or "", row[self.fields["response"]] or "", render)
+        prompt, response = row[self.fields["prompt"]] or "", row[self.fields["response"]] or ""
+        return pair_pieces(prompt, response, render, self.separator)
 
     def template_tokenizer(self):
         """tokenizer=hf's folder through transformers (its chat template), or None."""
@@ -256,6 +244,33 @@ class HFSource(Shards):
             return AutoTokenizer.from_pretrained(str(Path(cfg["path"]).expanduser()), local_files_only=True)
         except Exception:  # no transformers, or a folder it cannot read: no template
             return None
+
+
+def _fields(text: str, prompt: str | None, response: str | None, messages: str | None) -> dict:
+    """The fields an example is read from, by role: messages, a prompt and its response, or a text."""
+    if (prompt is None) != (response is None):
+        raise ConfigError(
+            "data.response_field" if response is None else "data.prompt_field",
+            None,
+            "fine-tuning on pairs needs both data.prompt_field and data.response_field",
+        )
+    if messages and prompt:
+        raise ConfigError("data.messages_field", messages, "give it or the prompt/response fields, not both")
+    if messages:
+        return {"messages": messages}
+    return {"prompt": prompt, "response": response} if prompt else {"text": text}
+
+
+def _separator(value) -> str:
+    """data.separator as text, its written escapes `\\n` and `\\t` a line break and a tab (a command line passes
+    them as two characters)."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            "data.separator",
+            value,
+            "must be text: what joins a prompt and its response (e.g. data.separator='\\n')",
+        )
+    return value.replace("\\n", "\n").replace("\\t", "\t")
 
 
 def _parquet_rows(files: list[str]) -> int:
@@ -312,7 +327,7 @@ def _write(source: HFSource) -> None:
             "format": shards.FORMAT,
             "dtype": dtype,
             "tokens": sum(counts),
-            "tokenizer": {**preparing._tokenizer_meta(tokenizer), "config": source.tokenizer_cfg},
+            "tokenizer": preparing._tokenizer_meta(tokenizer, source.tokenizer_cfg),
             "splits": {
                 "train": {"start": 0, "tokens": counts[0]},
                 "val": {"start": counts[0], "tokens": counts[1]},
