@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
+from omegaconf import OmegaConf
 from torch import nn
 
 from harness.report.symptoms import SUGGESTIONS, Symptom, judge
 from harness.report.verdict import Verdict, exit_code
-from tests.conftest import needs_probes
+from tests.conftest import compose_config, needs_probes
 
 pytest.importorskip("harness.probes", reason="this project has no probes")  # a fork may delete them
 from harness.probes.detectors import blocks_of  # noqa: E402
@@ -141,3 +143,30 @@ def test_activation_kinds_are_read_from_class_names_third_party_included():
     gelu, relu = ACT2CLS["gelu_new"], ACT2CLS["relu"]
     gelu = gelu[0] if isinstance(gelu, tuple) else gelu
     assert kind_of(gelu()) == "relu" and kind_of(relu[0]() if isinstance(relu, tuple) else relu()) == "relu"
+
+
+MISSING_KEY = object()
+#: the top-level keys a fix may name (a key under any other word is a library's, e.g. torch._dynamo.config)
+FIXED_GROUPS = ("data", "model", "optim", "schedule", "trainer", "probes", "mode", "perf", "debug")
+
+
+def named_keys(text: str) -> tuple[list[str], list[str]]:
+    """(the config keys `text` names, its `group=option` choices)."""
+    groups = "|".join(FIXED_GROUPS)
+    keys = re.findall(rf"\b((?:{groups})(?:\.[a-z_]+)+)", text)
+    choices = re.findall(rf"(?<![.\w])((?:{groups})=[a-z_]+)\b", text)
+    return keys, choices
+
+
+def test_every_key_a_fix_names_is_a_key_of_the_config(tmp_path):
+    """A fix that names a key the config does not have (`schedule.warmup` for `schedule.warmup_steps`) sends the
+    user to an error; each key is composed with the choices its fix gives (`schedule=cosine`)."""
+    assert named_keys("add warmup (schedule=cosine schedule.warmup=...)") == (
+        ["schedule.warmup"],
+        ["schedule=cosine"],
+    )
+    for name, fix in SUGGESTIONS.items():
+        keys, choices = named_keys(fix)
+        cfg = compose_config(choices, tmp_path / name, tmp_path / "data")
+        for key in keys:
+            assert OmegaConf.select(cfg, key, default=MISSING_KEY) is not MISSING_KEY, (name, key, choices)
