@@ -92,5 +92,5 @@ format: $(STAMP)  ## ruff fix and format
 rename:  ## rename the package and every reference to it (make rename NAME=mylab), then run make install
 	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py $(NAME)
 
-clean:  ## remove outputs/ and generated or prepared data (keeps .venv)
-	rm -rf outputs data/synthetic data/text data/corpus
+clean:  ## remove outputs/, generated or prepared data and the CPU's measured peaks (keeps .venv)
+	rm -rf outputs data/synthetic data/text data/corpus data/perf_peaks.json

@@ -105,7 +105,7 @@ def test_the_default_run_reports_its_speed_on_its_page(tmp_path, data_root):
     assert len(rows) == verdict["steps"] and all(r["perf/step_s"] > 0 for r in rows), len(rows)
     page = (run / "report.html").read_text()
     speed = page.split('<section id="speed">', 1)[1].split("</section>", 1)[0]
-    assert 'id="speed-table"' in speed and "where a step&#x27;s time goes" in speed, speed[:500]
+    assert 'id="speed-table"' in speed and "where the training loop&#x27;s time went" in speed, speed[:500]
     assert speed.count('<g class="part">') >= 3 and "forward_backward" in speed, speed[
         :500
     ]  # the stacked bar

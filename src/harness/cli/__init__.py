@@ -46,11 +46,12 @@ def main(config_dir: Path, mode: str | None = None) -> None:
     import gc
 
     from harness.signals import guarded, raise_received
+    from harness.train.perf.wall import command_clock
 
     # registered first, so it runs last: the objects left are frozen out of the last garbage collection, which
     # took about a second of every run's end walking torch's and Lightning's objects
     atexit.register(gc.freeze)
-    with guarded():
+    with guarded(), command_clock():  # the process's start, for the run's wall time (perf.wall)
         import warnings
 
         import hydra

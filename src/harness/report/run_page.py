@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
 from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
-from harness.report.speed import speed_part
+from harness.report.speed import run_seconds, speed_part
 from harness.report.verdict import STOPPED, exit_code, verdict_in, write_atomic
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def sentence(v: dict, goal: float | None) -> str:
     if v.get("mode") == "doctor":
         return f"The doctor's diagnosis of {model}: {v.get('diagnosis')}."
     loss = f"final loss {number(v.get('final_loss'))}"
-    took = f"{steps} steps" + (f", {number(v.get('seconds'), 3)} s" if v.get("seconds") is not None else "")
+    took = f"{steps} steps" + (f", {number(run_seconds(v), 3)} s" if run_seconds(v) is not None else "")
     failed = [
         str(c.get("name")) for c in v.get("checks") or [] if isinstance(c, dict) and c.get("status") == "FAIL"
     ]
@@ -95,8 +95,10 @@ def sentence(v: dict, goal: float | None) -> str:
         return f"{model} {on} reached the goal in {took}: {loss}, goal {number(goal)}."
     if status == "FAIL":
         return f"{model} {on} did not reach the goal in {took}: {loss}, goal {number(goal)}."
-    if status == "DONE":
-        return f"{model} trained {took} {on}: {loss}, validation loss {number(v.get('val_loss'))}."
+    if status == "DONE":  # a run shorter than mode.val_every ends before its first validation
+        val = v.get("val_loss")
+        seen = "no validation ran" if val is None else f"validation loss {number(val)}"
+        return f"{model} trained {took} {on}: {loss}, {seen}."
     if status == "PREFLIGHT_FAIL":
         which = f"failed {', '.join(failed)}" if failed else "failed as training started"
         return f"The preflight {which}: {model} was not trained."

@@ -18,6 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.report.run_files import read_metrics, select, yaml_in
+from harness.report.speed import mfu_of
 from harness.report.verdict import Verdict, verdict_in
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def _read_job(job_dir: Path) -> Job:
         "symptoms": " ".join(sorted({s["name"] for s in verdict.items.get("symptoms") or []})) or None,
         "seconds": _as_float(verdict.seconds),
         "tokens_per_s": _as_float(perf.get("tokens_per_s")),
-        "mfu": _as_float(perf.get("mfu")),
+        "mfu": mfu_of(perf),  # none above 1: a peak measured low
         "job": job_dir.name,
         "error": "; ".join(why for why in (verdict.error, unread) if why) or None,
     }

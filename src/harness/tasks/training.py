@@ -9,7 +9,7 @@ import logging
 import signal
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -41,8 +41,7 @@ from harness.train.interrupt import StopOnSignal
 from harness.train.loggers import build_loggers, finish_loggers
 from harness.train.module import HarnessModule
 from harness.train.nonfinite import NonFinite, NonFiniteGuard
-from harness.train.perf.readout import Readout, readout_of
-from harness.train.perf.watches import perf_callbacks, speed_of
+from harness.train.perf.watches import Readout, RunClock, perf_callbacks, readout_of, speed_of
 from harness.train.trainer import build_callbacks, build_trainer
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ def run(cfg: DictConfig, checked: bool = False) -> dict:
 @dataclass
 class Training:
     """What the training task's stages share: config, run dir, regime, the verdict as it fills, the signal
-    handler, the start time and (several processes) the watchdog."""
+    handler, the start time, (several processes) the watchdog and the run's wall clock."""
 
     cfg: DictConfig
     run_dir: Path
@@ -81,6 +80,7 @@ class Training:
     interrupt: StopOnSignal
     started: float
     watch: RankWatch | None = None
+    wall: RunClock = field(default_factory=RunClock)
 
 
 def train(cfg: DictConfig, run_dir: Path) -> dict:
@@ -95,6 +95,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     try:
         data, module, callbacks = _build_stage(training)
         training.interrupt.phase = "the preflight"
+        training.wall.enter("preflight")
         preflight(cfg, module, data, verdict)
         if cfg.preflight is True and any(c["status"] == "FAIL" for c in verdict.checks):
             verdict.status = "PREFLIGHT_FAIL"
@@ -136,7 +137,7 @@ def _build_stage(training: Training) -> tuple:
     torch.set_flush_denormal(bool(cfg.flush_denormal))
     seed_all(cfg.seed)  # once: the preflight leaves the generators as it found them
     training.interrupt.phase = "data generation and the model's construction"
-    data, module = build_parts(cfg, training.mode)
+    data, module = build_parts(cfg, training.mode, training.wall)
     # the class, e.g. LlamaForCausalLM, or the name the model gives itself
     training.verdict.model = getattr(module.model, "architecture", type(module.model).__name__)
     overfit = training.mode.name == "overfit"
@@ -167,17 +168,14 @@ def trainer_for(training: Training, data, module, added: tuple) -> tuple:
     own = own if cfg.ckpt_path is None or restarted() else None  # else the command's own choice stands
     ckpt_path = own or cfg.ckpt_path
     if own is not None:
-        log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, _given_too(cfg.ckpt_path))
+        began = f" (ckpt_path={cfg.ckpt_path} is where its first attempt began)" if cfg.ckpt_path else ""
+        log.info("resuming from %s: this run, stopped in %s%s", own, run_dir, began)
     resumed = resumption(ckpt_path, run_dir, module, cfg.paths.log_dir)
     # a tracker per logger entry, each given the config and tags; a resumed run appends to metrics.csv
     loggers = build_loggers(cfg, run_dir, resumed=resumed)
     # the readout last: what every callback queued of a step is read in its one copy to the host
     trainer = build_trainer(cfg, run_dir, callbacks + probes + extra + [Readout()], loggers)
     return trainer, resumed and resumed.path, loggers
-
-
-def _given_too(ckpt_path) -> str:
-    return f" (ckpt_path={ckpt_path} is where its first attempt began)" if ckpt_path else ""
 
 
 def trained_verdict(training: Training, trainer: pl.Trainer, module, probes: list, stopped) -> dict:
@@ -216,12 +214,15 @@ def _symptoms_fail(cfg: DictConfig) -> bool:
     return bool(OmegaConf.select(cfg, "probes.symptoms.fail", default=False))
 
 
-def build_parts(cfg: DictConfig, mode) -> tuple:
-    """(the datamodule, set up as the mode wants it; the LightningModule around the configured model)."""
+def build_parts(cfg: DictConfig, mode, clock: RunClock | None = None) -> tuple:
+    """(the datamodule, set up as the mode wants it; the LightningModule around the configured model); `clock`
+    is told when the model's construction begins."""
     data = mode.data(build(cfg.data, "data"))
     data.prepare_data()
     data.setup("fit")
     check_splits(data, cfg.data.get("_target_"))
+    if clock is not None:
+        clock.enter("model")
     with torch.device("meta") if on_meta(cfg) else contextlib.nullcontext():  # too large for one rank
         model = build(cfg.model, "model", vocab_size=data.tokenizer.vocab_size)
     if on_meta(cfg):
@@ -312,9 +313,7 @@ def fit(trainer: pl.Trainer, module, data, ckpt_path, loggers: list, watch: Rank
     except (NonFinite, Interrupted, PreflightFailed) as err:
         stopped = err
     except Exception as err:
-        fault = (
-            watch.explain(err) if watch is not None else None
-        )  # a collective that lost its peer: a rank lost
+        fault = watch.explain(err) if watch is not None else None  # a collective lost its peer: a rank lost
         if fault is None:
             if watch is not None and watch.world > 1:  # the others: this rank's own error, not a rank lost
                 log_to_file_only(
@@ -382,6 +381,7 @@ def finish(
     Returns the verdict as a dict."""
     verdict = training.verdict
     verdict.seconds = round(time.perf_counter() - training.started, 3)
+    training.wall.stamp(verdict, training.run_dir)  # perf.wall: the run's whole time so far, by phase
     line = summary(verdict) if summary else message  # the run's own ending, before the symptoms judge it
     judge_symptoms(verdict, fail_on)
     if writes() if writer is None else writer:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from harness.report.speed import speed_line
+from harness.report.speed import speed_line, wall_phrase
 from harness.train.checkpoints import FinalCheckpoint
 
 
@@ -44,5 +44,9 @@ class Full:
         verdict.p_correct = metrics.get("val/p_correct")
 
     def summary(self, verdict) -> str:
-        speed = speed_line(verdict.items.get("perf"))  # the speed's medians (harness.train.perf.speed)
-        return f"DONE: {verdict.steps} steps, val loss {verdict.val_loss}, {verdict.seconds:.1f} s{'; ' * bool(speed)}{speed}"
+        perf = verdict.items.get("perf")
+        speed = speed_line(perf)  # the speed's medians (harness.train.perf.speed)
+        val = verdict.val_loss
+        # a run shorter than mode.val_every ends before its first validation
+        val = f"val loss {val:.4g}" if isinstance(val, (int, float)) else "no validation ran"
+        return f"DONE: {verdict.steps} steps, {val}, {wall_phrase(perf, verdict.seconds)}{'; ' * bool(speed)}{speed}"

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from harness.data.batch import collate_of, first_items, indexable, to_device, training_mode
 from harness.errors import ConfigError
 from harness.ops.forward_calls import without_dropout
+from harness.report.speed import wall_phrase
 from harness.seeding import seed_all
 from harness.train.perf.readout import readout_of
 
@@ -249,9 +250,10 @@ class Overfit:
     def summary(self, verdict) -> str:
         goal = verdict.floor + self.cfg.mode.target_loss
         reached = "reached" if verdict.status == "PASS" else "did not reach"
+        wall = wall_phrase(verdict.items.get("perf"), verdict.seconds)  # the process's whole time, by phase
         return (
             f"{verdict.status}: {verdict.model} ({verdict.model_group}) on n={verdict.n} {verdict.data} "
-            f"examples {reached} the goal in {verdict.steps} steps, {verdict.seconds:.1f} s: final loss "
+            f"examples {reached} the goal in {verdict.steps} steps, {wall}: final loss "
             f"{verdict.final_loss:.4f}, goal {goal:.4f} (floor {verdict.floor:.4f} + target "
             f"{self.cfg.mode.target_loss}); eval mode: accuracy {verdict.accuracy:.2f}, "
             f"p(correct) {verdict.p_correct:.3f}"

@@ -1,5 +1,6 @@
-"""The run's speed, `Speed`: tokens, examples and steps a second, MFU, and where each step's time goes, logged as
-perf/... on the logging steps through the readout; verdict.json's `perf`; the `data_wait` symptom."""
+"""The run's speed, `Speed`: tokens, examples and steps a second, MFU (never above 1: a CPU's peak raised, else a
+fault named), where the training loop's time goes, logged as perf/... on the logging steps through the readout;
+verdict.json's `perf`; the `data_wait` symptom."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import logging
 import math
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from harness.report.symptoms import Symptom
 from harness.train.distributed.shard_sums import reduce
 from harness.train.nonfinite import NonFiniteGuard
 from harness.train.perf.flops import batch_flops
-from harness.train.perf.peak import device_peak, precision_dtype
+from harness.train.perf.peak import device_peak, precision_dtype, raise_peak
 from harness.train.perf.readout import readout_of
 from harness.train.perf.timeline import PHASES, FetchClock, Timeline, Wrapped
 
@@ -89,13 +91,15 @@ class Speed(pl.Callback):
         self.flops_counted = False
         self.peak: float | None = None
         self.peak_source, self.dtype, self.accumulate = "", "", 1
+        self.mfu_fault: str | None = None  # why no MFU is given: the steps' rate above the peak
+        self.loop: tuple | None = None  # the loop's start and end (epoch seconds), its phases' seconds
         self.start = self.seen = 0  # the run's first step; the global step at the latest batch's end
         self.current = Window(0)
         self.masks: list[torch.Tensor] = []  # this window's loss masks, counted at its logging step
         self.rows: list[tuple[Window, dict, dict]] = []  # a logging step's window, figures, phases' seconds
         self.waits: deque = deque()  # (steps, data_wait seconds, seconds) of the windows past the warm-up
         self.reported = self.unseen_fetches = False
-        self.before_validation = "other"  # the phase a validation interrupts
+        self.before_validation = "setup"  # the phase a validation interrupts
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.readout = readout_of(trainer)
@@ -103,6 +107,7 @@ class Speed(pl.Callback):
             log.warning("perf: no Readout among the Trainer's callbacks: no speed figures for this run")
             return
         self.timeline = Timeline(pl_module.device)
+        self.loop = (time.time(), 0.0, {})
         self.wrapped = Wrapped(self.timeline)
         for callback in trainer.callbacks:
             if isinstance(callback, NonFiniteGuard) or type(callback).__module__.startswith(HARNESS_OWN):
@@ -161,6 +166,10 @@ class Speed(pl.Callback):
             window.step, {"loss_tokens": tokens}, functools.partial(self._read, trainer, window)
         )
 
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.timeline is not None:  # the last step is over: what follows is the fit's end
+            self.timeline.switch("finish")
+
     def on_validation_start(self, trainer, pl_module) -> None:
         if self.timeline is not None:
             self.before_validation = self.timeline.switch("validation")
@@ -175,6 +184,7 @@ class Speed(pl.Callback):
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if self.timeline is None:
             return
+        self.loop = (self.loop[0], time.time(), self.timeline.finish())
         self.wrapped.restore()
         self.fetches.detach()
         self.timeline = None
@@ -208,7 +218,11 @@ class Speed(pl.Callback):
             **{f"perf/time/{phase}": spent / window.steps for phase, spent in seconds.items()},
         }
         if self.flops and self.peak:  # this device's share of the step over its peak
-            figures["perf/mfu"] = self.flops * window.batches / total / self.peak
+            rate = self.flops * window.batches / total
+            if rate > self.peak:
+                self._above_peak(window.step, rate)
+            if rate <= self.peak:
+                figures["perf/mfu"] = rate / self.peak
         self.readout.add(window.step, figures)
         self.rows.append((window, figures, seconds))
         if self.fetches is not None and not self.fetches.seen and not self.unseen_fetches:
@@ -219,6 +233,25 @@ class Speed(pl.Callback):
             )
         if window.first >= self.start + self.warmup:
             self._judge_data_wait(trainer, window, seconds["data_wait"], total)
+
+    def _above_peak(self, step: int, rate: float) -> None:
+        """The steps ran faster than the peak: a CPU's measured peak is measured again and raised (and cached), any
+        other is a measurement fault, said once, and no MFU is given."""
+        if self.peak_source.startswith("measured"):
+            source, cached = self.peak_source.partition(";")[0], self.peak
+            self.peak = raise_peak(self.dtype, self.peak_cache, rate)
+            self.peak_source = f"{source}; measured again at step {step}, above the cached {cached:.4g}"
+            log.warning(
+                "perf: step %d ran at %.4g FLOP/s, above the CPU's cached peak %.4g (%s): it was measured low, on "
+                "a busy machine; measured again, %.4g written to %s",
+                *(step, rate, cached, source, self.peak, self.peak_cache),
+            )
+        elif self.mfu_fault is None:
+            self.mfu_fault = (
+                f"step {step} ran at {rate:.4g} FLOP/s, above the peak {self.peak:.4g} ({self.peak_source}): the "
+                f"peak or the FLOP count is wrong; set perf.peak_flops to the device's dense {self.dtype} peak"
+            )
+            log.warning("perf: no perf/mfu, a measurement fault: %s", self.mfu_fault)
 
     def _judge_data_wait(self, trainer, window: Window, wait: float, total: float) -> None:
         """The data_wait symptom: the loader's share of the latest `window` steps at perf.data_wait or above."""
@@ -240,14 +273,19 @@ class Speed(pl.Callback):
         )
 
     def verdict_items(self) -> dict:
-        """{"perf": the medians of the logging steps' figures past the warm-up, each phase's median share of a
-        step (time_share), and what they are read against}."""
+        """{"perf": the medians of the logging steps' figures past the warm-up (mfu: null and `mfu_fault` where the
+        steps ran faster than a peak that cannot be raised), each phase's share of the training loop's whole time
+        (time_share), the loop's start and end, and what they are read against}."""
         past = [row for row in self.rows if row[0].first >= self.start + self.warmup]
         used = past or self.rows
         perf: dict = {name: _median([f.get(f"perf/{name}") for _, f, _ in used]) for name in FIGURES}
-        perf["time_share"] = {
-            phase: _median([s[phase] / sum(s.values()) for _, _, s in used]) for phase in PHASES
-        }
+        if self.flops and self.peak:  # against the final peak: one raised during the run reads every step
+            perf["mfu"] = _median([self.flops * w.batches / sum(s.values()) / self.peak for w, _, s in used])
+        perf["mfu"] = None if self.mfu_fault else perf["mfu"]
+        started, ended, spent = self.loop or (0.0, 0.0, {})
+        spent = spent or {phase: sum(s[phase] for _, _, s in self.rows) for phase in PHASES}
+        whole = sum(spent.values())
+        perf["time_share"] = {p: float(f"{spent[p] / whole:.4g}") if whole else None for p in PHASES}
         perf.update(
             log_steps=len(used),
             warmup_steps=self.warmup if past else 0,
@@ -255,6 +293,8 @@ class Speed(pl.Callback):
             peak_flops=float(f"{self.peak:.4g}") if self.peak else None,
             peak=self.peak_source or None,
             dtype=self.dtype or None,
+            **({"mfu_fault": self.mfu_fault} if self.mfu_fault else {}),
+            **({"loop": {"started": started, "ended": ended}} if ended else {}),
         )
         return {"perf": perf}
 

@@ -14,8 +14,20 @@ from pytorch_lightning.profilers import Profiler
 
 #: the phases of a step: the loader's fetch, the training step's forward and backward, the optimizer (clipping
 #: included), the harness's own probes and checks, validation, checkpoints, and the rest (Lightning's loop,
-#: logging, the readout's copy)
-PHASES = ("data_wait", "forward_backward", "optimizer", "harness", "validation", "checkpoint", "other")
+#: logging, the readout's copy); then the fit's time before its first step (`setup`: Lightning's set-up, the FLOP
+#: count, the model summary), which only the first window holds, and after its last (`finish`: the callbacks' end of
+#: training, the probes' figures), which no window holds: both are in the loop's whole (`Timeline.total`)
+PHASES = (
+    "data_wait",
+    "forward_backward",
+    "optimizer",
+    "harness",
+    "validation",
+    "checkpoint",
+    "other",
+    "setup",
+    "finish",
+)
 #: the callback hooks a Wrapped times, where the callback has its own
 STEP_HOOKS = (
     "on_fit_start",
@@ -32,19 +44,21 @@ FETCH = "train_dataloader_next"
 
 
 class Timeline:
-    """The phase running now, and the seconds each phase took in the window last closed (`close`, `window`)."""
+    """The phase running now, the seconds each phase took in the window last closed (`close`, `window`), and in
+    all windows together (`total`, whole once `finish` has read the last)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.phase = "other"
+        self.phase = "setup"  # until the first step
         self.spent = dict.fromkeys(PHASES, 0.0)  # CPU: this window's seconds so far
         self.closed = dict.fromkeys(PHASES, 0.0)  # CPU: the window last closed
+        self.total = dict.fromkeys(PHASES, 0.0)  # every window read so far
         self.last = time.perf_counter()
         self.marks: list[tuple[str, torch.cuda.Event]] = []  # GPU: (the phase it starts, its event), in order
         self.end = 0  # GPU: the index in marks of the window's last mark
         self.pool: list[torch.cuda.Event] = []  # GPU: events read already, to record again
         if self.cuda:
-            self.switch("other")
+            self.switch("setup")
 
     def switch(self, phase: str) -> str:
         """Start `phase` now; returns the phase it ends."""
@@ -66,6 +80,7 @@ class Timeline:
             self.end = len(self.marks) - 1
         else:
             self.closed, self.spent = self.spent, dict.fromkeys(PHASES, 0.0)
+            self.total = {phase: self.total[phase] + spent for phase, spent in self.closed.items()}
 
     def window(self) -> dict[str, float]:
         """Seconds each phase took in the window last closed. On a GPU its events are read, so call it after the
@@ -83,7 +98,23 @@ class Timeline:
             read += 1
         self.pool += [event for _, event in self.marks[:read]]
         self.marks, self.end = self.marks[read:], self.end - read
+        self.total = {phase: self.total[phase] + seconds for phase, seconds in spent.items()}
         return spent
+
+    def finish(self) -> dict[str, float]:
+        """Close the last window at once and return the seconds each phase took since the timeline began (on a GPU
+        the device is waited for: the run's steps are over)."""
+        self.switch(self.phase)
+        self.close()
+        if self.cuda:
+            try:
+                torch.cuda.synchronize()
+            except (
+                RuntimeError
+            ):  # a device that failed: the fit raises that error itself; the windows read stand
+                return dict(self.total)
+            self.window()
+        return dict(self.total)
 
 
 def _own(target, name: str) -> bool:

@@ -1,5 +1,6 @@
 """The perf callbacks the training task adds, `perf_callbacks`: the Speed (speed.py), then the watches of
-`perf.symptoms` (host_sync, recompiles, straggler); `speed_of` finds the Speed again for the verdict."""
+`perf.symptoms` (host_sync, recompiles, straggler); `speed_of` finds the Speed again for the verdict; the names the
+training task reads of the package."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
 from harness.train.perf.host_sync import HostSync
+from harness.train.perf.readout import Readout, readout_of
 from harness.train.perf.recompiles import Recompiles
 from harness.train.perf.speed import speed_callbacks, speed_of
 from harness.train.perf.straggler import Straggler
+from harness.train.perf.wall import RunClock
 
-__all__ = ["perf_callbacks", "speed_of"]  # the two names the training task reads of the package
+__all__ = ["Readout", "RunClock", "perf_callbacks", "readout_of", "speed_of"]  # what the training task reads
 
 #: each watch: its key under perf.symptoms and its class
 WATCHES = {"host_sync": HostSync, "recompiles": Recompiles, "straggler": Straggler}

@@ -1,0 +1,156 @@
+"""A peak an MFU cannot exceed: a CPU's matmul peak measured on a loaded machine is not read low, several threads
+are worth at least one, a cached peak a run outruns is measured again and raised, and an MFU above a fixed peak
+is a fault named in the log, never a share above 1 in verdict.json, metrics.csv, the DONE line or the summary."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from harness.models import Transformer
+from harness.report.speed import speed_line, speed_part
+from harness.report.summary import collect
+from harness.train.loggers import MetricsCSV
+from harness.train.module import HarnessModule
+from harness.train.perf.peak import measured_peak, peak_key
+from harness.train.perf.readout import Readout
+from harness.train.perf.speed import Speed
+from tests.conftest import train
+from tests.perf.test_perf_figures import _classify_data
+
+#: a peak no CPU is below: a cached figure this low is one measured wrong
+TINY = 1e6
+
+
+def _busy(count: int) -> list[subprocess.Popen]:
+    """`count` processes that keep a core each busy until killed."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def test_a_peak_measured_on_a_loaded_machine_is_not_read_low(tmp_path):
+    """Planted: both cores busy with a loop each. One burst of 0.1 s read 8.1e9 FLOP/s on 2 threads of a busy
+    machine against 1.04e11 on one: the bursts and the one-thread floor keep it within 2x of a quiet figure."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = measured_peak("fp32", tmp_path / "one.json")
+        torch.set_num_threads(2)
+        quiet = measured_peak("fp32", tmp_path / "quiet.json")
+        busy = _busy(os.cpu_count() or 2)
+        try:
+            loaded = measured_peak("fp32", tmp_path / "loaded.json")
+        finally:
+            for process in busy:
+                process.kill()
+                process.wait()
+    finally:
+        torch.set_num_threads(threads)
+    assert quiet / 2 <= loaded <= 2 * quiet and loaded >= one / 2, (loaded, quiet, one)
+    cached = json.loads((tmp_path / "loaded.json").read_text())
+    assert cached[peak_key("fp32", 2)] >= cached[peak_key("fp32", 1)] > 0, cached
+
+
+def test_a_several_thread_peak_below_one_threads_is_measured_again(tmp_path):
+    cache, threads = tmp_path / "peaks.json", torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cache.write_text(json.dumps({peak_key("fp32", 2): TINY, peak_key("fp32", 1): 2e9}))
+        peak = measured_peak("fp32", cache)
+    finally:
+        torch.set_num_threads(threads)
+    written = json.loads(cache.read_text())
+    assert peak >= 2e9 and written[peak_key("fp32", 2)] == peak and written[peak_key("fp32", 1)] == 2e9, (
+        written
+    )
+
+
+def _mfus(path) -> list[float]:
+    with open(path, newline="") as f:
+        return [float(r["perf/mfu"]) for r in csv.DictReader(f) if r.get("perf/mfu")]
+
+
+@pytest.mark.slow  # ~10 s: a train.py run
+def test_a_cached_peak_a_run_outruns_is_measured_again_and_raised(tmp_path, data_root):
+    """Planted: the cache holds a tiny peak for this CPU at every thread count; the run's steps go faster."""
+    cache = tmp_path / "data" / "perf_peaks.json"  # paths.data_dir is `data` where train.py starts
+    cache.parent.mkdir()
+    planted = {peak_key("fp32", n): TINY for n in range(1, (os.cpu_count() or 2) + 1)}
+    cache.write_text(json.dumps(planted))
+    result = train(
+        "mode=full",
+        "mode.max_steps=30",
+        "probes=off",
+        "mode.progress_bar=false",
+        cwd=tmp_path,
+        data_root=data_root,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run, log = tmp_path / "run", result.stdout + result.stderr
+    perf = json.loads((run / "verdict.json").read_text())["perf"]
+    raised = {k: v for k, v in json.loads(cache.read_text()).items() if v > TINY}
+    assert len(raised) == 1 and perf["peak_flops"] == pytest.approx(next(iter(raised.values())), rel=1e-3), (
+        raised
+    )
+    assert "above the CPU's cached peak 1e+06" in log and "measured again" in perf["peak"], perf
+    assert 0 < perf["mfu"] <= 1 and all(0 < m <= 1 for m in _mfus(run / "metrics.csv")), perf
+    (done,) = [line for line in log.splitlines() if "DONE:" in line]
+    shown = [float(m) for m in re.findall(r"MFU ([\d.]+)%", done)]
+    assert len(shown) == 1 and shown[0] <= 100, done
+
+
+def test_an_mfu_above_a_fixed_peak_is_a_fault_not_a_share(tmp_path, one_thread):
+    """Planted: perf.peak_flops far below what the steps do (a datasheet figure can be raised no more than it)."""
+    torch.manual_seed(0)
+    module = HarnessModule(Transformer(10, d_model=16, layers=1, heads=2, max_len=16))
+    speed = Speed(peak_flops=1e3, warmup=2, peak_cache=str(tmp_path / "peaks.json"))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=8,
+        log_every_n_steps=2,
+        callbacks=[speed, Readout()],
+        logger=MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, train_dataloaders=_classify_data())
+    perf = speed.verdict_items()["perf"]
+    assert perf["mfu"] is None and "perf.peak_flops" in perf["mfu_fault"], perf
+    assert _mfus(tmp_path / "metrics.csv") == [] and not (tmp_path / "peaks.json").exists()
+    assert speed_line(perf).count("no MFU (a measurement fault)") == 1 and "%;" not in speed_line(perf)
+    row = _mfu_row(speed_part({"perf": perf}, {}))
+    assert "a measurement fault" in row and 'class="num"' not in row, row  # the cell empty, the fault said
+
+
+def test_a_verdict_with_an_mfu_above_1_shows_none(tmp_path):
+    """A verdict an earlier harness wrote: mfu 1.637 against a peak measured low."""
+    perf = {
+        "tokens_per_s": 1234.5,
+        "mfu": 1.637,
+        "peak": "measured: a CPU, 2 threads, fp32",
+        "time_share": {},
+    }
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "verdict.json").write_text(json.dumps({"status": "DONE", "mode": "full", "perf": perf}))
+    (job,) = collect(tmp_path)
+    assert job.row["tokens_per_s"] == 1234.5 and job.row["mfu"] is None, job.row
+    assert "163" not in speed_line(perf) and "no MFU (a measurement fault)" in speed_line(perf)
+    row = _mfu_row(speed_part({"perf": perf}, {}))
+    assert "above 1, a fault of the peak" in row and 'class="num"' not in row, row
+
+
+def _mfu_row(part: str) -> str:
+    """The Speed table's mfu row."""
+    return (
+        part.split('id="speed-table"', 1)[1].split('<td class="detail">mfu</td>', 1)[1].split("</tr>", 1)[0]
+    )
