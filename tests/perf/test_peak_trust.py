@@ -12,19 +12,17 @@ import subprocess
 import sys
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
 from harness.models import Transformer
 from harness.report.speed import speed_line, speed_part
 from harness.report.summary import collect
-from harness.train.loggers import MetricsCSV
 from harness.train.module import HarnessModule
 from harness.train.perf.peak import measured_peak, peak_key
 from harness.train.perf.readout import Readout
 from harness.train.perf.speed import Speed
 from tests.conftest import train
-from tests.perf.test_perf_figures import _classify_data
+from tests.perf.test_perf_figures import _classify_data, bare_trainer
 
 #: a peak no CPU is below: a cached figure this low is one measured wrong
 TINY = 1e6
@@ -111,18 +109,7 @@ def test_an_mfu_above_a_fixed_peak_is_a_fault_not_a_share(tmp_path, one_thread):
     torch.manual_seed(0)
     module = HarnessModule(Transformer(10, d_model=16, layers=1, heads=2, max_len=16))
     speed = Speed(peak_flops=1e3, warmup=2, peak_cache=str(tmp_path / "peaks.json"))
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=8,
-        log_every_n_steps=2,
-        callbacks=[speed, Readout()],
-        logger=MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1),
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = bare_trainer(tmp_path, [speed, Readout()], max_steps=8)
     trainer.fit(module, train_dataloaders=_classify_data())
     perf = speed.verdict_items()["perf"]
     assert perf["mfu"] is None and "perf.peak_flops" in perf["mfu_fault"], perf

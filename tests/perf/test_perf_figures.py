@@ -48,23 +48,30 @@ def _classify_data(size: int = 64) -> DataLoader:
     return DataLoader(CharDataset(records, tokenizer, "classify", LENGTH), batch_size=BATCH, shuffle=True)
 
 
-@pytest.mark.parametrize("accumulate", [1, 2])
-def test_each_logging_step_reports_what_its_steps_did(tmp_path, one_thread, accumulate):
-    torch.manual_seed(0)
-    module = HarnessModule(Transformer(10, d_model=16, layers=1, heads=2, max_len=LENGTH))
-    speed, guard = Speed(warmup=2, window=4, peak_cache=str(tmp_path / "peaks.json")), NonFiniteGuard()
-    trainer = pl.Trainer(
+def bare_trainer(tmp_path, callbacks: list, max_steps: int, **arguments) -> pl.Trainer:
+    """A Trainer with `callbacks`, logging every 2 steps to tmp_path's metrics.csv, nothing else on."""
+    return pl.Trainer(
         accelerator="cpu",
         devices=1,
-        max_steps=12,
+        max_steps=max_steps,
         log_every_n_steps=2,
-        accumulate_grad_batches=accumulate,
-        callbacks=[speed, guard, Readout()],
+        callbacks=callbacks,
         logger=MetricsCSV(tmp_path, name="", version="", flush_logs_every_n_steps=1),
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=0,
+        **arguments,
+    )
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_each_logging_step_reports_what_its_steps_did(tmp_path, one_thread, accumulate):
+    torch.manual_seed(0)
+    module = HarnessModule(Transformer(10, d_model=16, layers=1, heads=2, max_len=LENGTH))
+    speed, guard = Speed(warmup=2, window=4, peak_cache=str(tmp_path / "peaks.json")), NonFiniteGuard()
+    trainer = bare_trainer(
+        tmp_path, [speed, guard, Readout()], max_steps=12, accumulate_grad_batches=accumulate
     )
     trainer.fit(module, train_dataloaders=_classify_data())
     perf = speed.verdict_items()["perf"]
