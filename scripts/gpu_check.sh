@@ -5,7 +5,10 @@
 #   3. mode=full, the default model and model=gpt, every copy to the host CUDA sees counted by the line that asked
 #      (torch.cuda.set_sync_debug_mode): the harness's own must be none on a step that logs nothing, one on a
 #      logging step (tests/helpers/host_copies.py; tests/perf/test_host_copies.py counts the same on a CPU)
-#   4. BENCH_ACCELERATOR=gpu python -m benchmarks probes          what the probes cost a training step, on the GPU
+#   4. mode=full with model=hf (llama, gpt2) and the default model: no host_sync symptom (CUDA's sync debug mode
+#      sees what transformers copies), an MFU that is a share of the datasheet's peak (at most 1) or a named fault,
+#      and perf.wall's phases adding up to its total (the CUDA events read once the fit ends)
+#   5. BENCH_ACCELERATOR=gpu python -m benchmarks probes          what the probes cost a training step, on the GPU
 # Prints each result and exits non-zero if any step fails (2 when there is no GPU at all).
 #   scripts/gpu_check.sh                  PYTHON=python3 scripts/gpu_check.sh   (default: .venv/bin/python)
 set -euo pipefail
@@ -70,6 +73,36 @@ copies() {
 
 copies default
 copies gpt model=gpt
+
+# healthy NAME ARGS...: a 40-step mode=full run on the GPU that must name no host_sync, report an MFU of at most 1
+# (or say why it has none) and account for its wall time
+healthy() {
+  local name="$1"
+  shift
+  echo "== healthy run, $name: train.py mode=full trainer=gpu $*"
+  if timeout 600 "$PYTHON" train.py mode=full mode.max_steps=40 mode.val_every=20 trainer=gpu "$@" \
+       "hydra.run.dir=$OUT/$name" >"$OUT/$name.log" 2>&1 && "$PYTHON" - "$OUT/$name" <<'PY'
+import json, sys
+v = json.load(open(f"{sys.argv[1]}/verdict.json"))
+perf, syncs = v.get("perf") or {}, [s for s in v.get("symptoms", []) if s["name"] == "host_sync"]
+wall, mfu = perf.get("wall") or {}, perf.get("mfu")
+summed = sum((wall.get("seconds") or {}).values())
+print(f"  {v['status']}: MFU {mfu} ({perf.get('mfu_fault') or perf.get('peak')}), wall {summed:.2f} of "
+      f"{wall.get('total')} s, host_sync {[s['where'] for s in syncs]}")
+ok = v["status"] == "DONE" and not syncs and (mfu is None or 0 < mfu <= 1)
+sys.exit(0 if ok and abs(summed - wall.get("total", 0)) <= 0.05 * wall.get("total", 0) else 1)
+PY
+  then
+    return 0
+  fi
+  echo "  FAILED; the last lines of $OUT/$name.log:"
+  tail -n 20 "$OUT/$name.log"
+  failures=$((failures + 1))
+}
+
+healthy default
+healthy hf_llama model=hf model.arch=llama
+healthy hf_gpt2 model=hf model.arch=gpt2
 
 echo "== probe benchmark: BENCH_ACCELERATOR=gpu python -m benchmarks probes"
 if ! BENCH_ACCELERATOR=gpu timeout 900 "$PYTHON" -m benchmarks probes; then
