@@ -70,6 +70,25 @@ def test_interrupted_run_dir_is_the_same_run_started_again(make_config, tmp_path
     assert stop.value.code == 1 and json.loads((tmp_path / "run" / "verdict.json").read_text())["steps"] == 2
 
 
+def test_a_config_mistake_in_a_stopped_runs_dir_leaves_its_verdict_to_resume_from(
+    make_config, tmp_path, capsys
+):
+    """A requeued run that meets a config mistake (here: more examples than its data holds) exits 2 and keeps the
+    INTERRUPTED verdict the run resumes from once the mistake is fixed; in a dir of its own it is CONFIG_ERROR."""
+    from harness.tasks.job import job
+
+    write_verdict(tmp_path / "run", "INTERRUPTED")
+    with pytest.raises(SystemExit) as stop:
+        job(make_config("preflight=false", "n=5000", *PROBES_OFF))
+    assert stop.value.code == 2 and "error: n=5000" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["status"] == "INTERRUPTED"
+    with pytest.raises(SystemExit) as stop:
+        job(make_config("preflight=false", "n=5000", *PROBES_OFF, run_dir=tmp_path / "own"))
+    assert stop.value.code == 2 and json.loads((tmp_path / "own" / "verdict.json").read_text())["status"] == (
+        "CONFIG_ERROR"
+    )
+
+
 # -- checkpoints of another mode ---------------------------------------------------------------------------------
 
 

@@ -51,14 +51,24 @@ def test_a_module_that_fails_as_it_imports_leads_with_its_file_line_and_error(na
     assert f"model._target_={name}.Model" in message and "\n" not in message, message
 
 
-def test_a_module_that_does_not_exist_is_still_told_to_check_its_path(fork_dir):
+@pytest.mark.parametrize(
+    ("target", "missing"),
+    [
+        ("not_a_module_anywhere.Model", "not_a_module_anywhere"),  # no such package
+        ("harness.modelz.Transformer", "harness.modelz"),  # a module misspelled
+        (
+            "harness.models.Transformr",
+            "harness.models.Transformr",
+        ),  # a class misspelled in a module that exists
+        ("torch.optim.AdamX", "torch.optim.AdamX"),
+    ],
+)
+def test_a_target_whose_path_is_wrong_is_still_told_to_check_its_path(target, missing, fork_dir):
     with pytest.raises(ConfigError) as err:
-        build(OmegaConf.create({"_target_": "not_a_module_anywhere.Model"}), "model")
+        build(OmegaConf.create({"_target_": target}), "model")
     message = str(err.value)
-    assert message.startswith(
-        "model._target_=not_a_module_anywhere.Model: cannot be imported: check the module"
-    )
-    assert "No module named 'not_a_module_anywhere'" in message, message
+    assert message.startswith(f"model._target_={target}: cannot be imported: check the module"), message
+    assert f"No module named '{missing}'" in message and "hydra" not in message, message
 
 
 @pytest.mark.slow  # two train.py runs, ~5 s each

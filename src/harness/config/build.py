@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import hydra
 from hydra.errors import InstantiationException
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -130,8 +131,10 @@ def _not_imported(key: str, target, err: BaseException) -> ConfigError:
     """The error of a `_target_` that did not import: its module's own failure first (a syntax error, an import it
     makes that fails) where there is one, else the module path to check."""
     failure = err.__cause__ if isinstance(err, ImportError) and err.__cause__ is not None else None
-    module = str(target).partition(".")[0]
-    missing = isinstance(failure, ModuleNotFoundError) and failure.name in (module, None)
+    # the target's own path not found (its package, a module or a name in it misspelled), not an import it makes
+    missing = isinstance(failure, ModuleNotFoundError) and (
+        failure.name is None or f"{target}.".startswith(f"{failure.name}.")
+    )
     if failure is None or missing:
         detail = _one_line_message(failure or err)
         return ConfigError(
@@ -143,13 +146,18 @@ def _not_imported(key: str, target, err: BaseException) -> ConfigError:
     return ImportFailed(key, target, _where_it_failed(failure))
 
 
+def _importers(filename: str) -> bool:
+    """Whether a frame's file is one that imports modules (importlib, frozen or not; Hydra's), no module's own."""
+    return "importlib" in filename or filename.startswith(str(Path(hydra.__file__).parent))
+
+
 def _where_it_failed(failure: BaseException) -> str:
     """`file:line: Type: message` of an exception raised while a module imported: a SyntaxError's own file and line,
     else the innermost frame of the traceback outside importlib's."""
     if isinstance(failure, SyntaxError) and failure.filename:
         place = f"{_shown(failure.filename)}:{failure.lineno}"
         return f"{place}: {type(failure).__name__}: {failure.msg}"
-    frames = [f for f in traceback.extract_tb(failure.__traceback__) if "importlib" not in f.filename]
+    frames = [f for f in traceback.extract_tb(failure.__traceback__) if not _importers(f.filename)]
     place = f"{_shown(frames[-1].filename)}:{frames[-1].lineno}: " if frames else ""
     return f"{place}{type(failure).__name__}: {_one_line_message(failure)}"
 

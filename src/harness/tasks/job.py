@@ -97,8 +97,9 @@ def recorded(out: Path, sweeping: bool, cfg: DictConfig | None = None):
     try:
         yield record
     except ConfigError as err:
-        # a run dir holding an earlier run's verdict: left as it is; else the error is this run's verdict and page
-        paged = not isinstance(err, RunDirTaken)
+        # a run dir holding an earlier run's verdict (refused, or one this run resumes: a stopped run continues from
+        # it once the mistake is fixed) is left as it is; else the error is this run's verdict and page
+        paged = not isinstance(err, RunDirTaken) and status_in(out) in (None, "CONFIG_ERROR")
         if paged and global_rank() == 0:
             mode = OmegaConf.select(cfg, "mode.name", default=None) if cfg is not None else None
             Verdict(status="CONFIG_ERROR", mode=mode, steps=0, error=str(err), run_dir=str(out)).write(out)
