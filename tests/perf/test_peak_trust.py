@@ -29,13 +29,20 @@ TINY = 1e6
 
 
 def _busy(count: int) -> list[subprocess.Popen]:
-    """`count` processes that keep a core each busy until killed."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """`count` processes that keep a core each busy until killed, each already spinning when this returns."""
+    loop = "print('spinning', flush=True)\nwhile True: pass"
+    busy = [
+        subprocess.Popen([sys.executable, "-c", loop], stdout=subprocess.PIPE, text=True)
+        for _ in range(count)
+    ]
+    assert all(process.stdout.readline().strip() == "spinning" for process in busy)
+    return busy
 
 
 def test_a_peak_measured_on_a_loaded_machine_is_not_read_low(tmp_path):
     """Planted: both cores busy with a loop each. One burst of 0.1 s read 8.1e9 FLOP/s on 2 threads of a busy
-    machine against 1.04e11 on one: the bursts and the one-thread floor keep it within 2x of a quiet figure."""
+    machine against 1.04e11 on one: the bursts and the cores' sum of the one-thread figure keep it within 2x of a
+    quiet figure."""
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -53,7 +60,7 @@ def test_a_peak_measured_on_a_loaded_machine_is_not_read_low(tmp_path):
         torch.set_num_threads(threads)
     assert quiet / 2 <= loaded <= 2 * quiet and loaded >= one / 2, (loaded, quiet, one)
     cached = json.loads((tmp_path / "loaded.json").read_text())
-    assert cached[peak_key("fp32", 2)] >= cached[peak_key("fp32", 1)] > 0, cached
+    assert cached[peak_key("fp32", 2)] >= 2 * cached[peak_key("fp32", 1)] > 0, cached
 
 
 def test_a_several_thread_peak_below_one_threads_is_measured_again(tmp_path):
@@ -65,9 +72,40 @@ def test_a_several_thread_peak_below_one_threads_is_measured_again(tmp_path):
     finally:
         torch.set_num_threads(threads)
     written = json.loads(cache.read_text())
-    assert peak >= 2e9 and written[peak_key("fp32", 2)] == peak and written[peak_key("fp32", 1)] == 2e9, (
+    assert peak >= 4e9 and written[peak_key("fp32", 2)] == peak and written[peak_key("fp32", 1)] == 2e9, (
         written
     )
+
+
+def test_a_cache_written_without_the_one_thread_floor_is_held_to_it(tmp_path):
+    """Planted: a cache an older harness wrote, a low two-thread figure and no one-thread one beside it."""
+    cache, threads = tmp_path / "peaks.json", torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cache.write_text(json.dumps({peak_key("fp32", 2): TINY}))
+        peak = measured_peak("fp32", cache)
+    finally:
+        torch.set_num_threads(threads)
+    written = json.loads(cache.read_text())
+    assert (
+        written[peak_key("fp32", 1)] > TINY
+        and peak == written[peak_key("fp32", 2)] >= 2 * written[peak_key("fp32", 1)]
+    ), written
+
+
+def test_steps_faster_than_a_peak_measured_again_are_a_fault_and_only_the_measured_peak_is_cached(tmp_path):
+    """Planted: a FLOP count far too high (a rate no CPU reaches). The cached peak is measured again once; the rate
+    above that is named a fault, and never written to the cache as a peak."""
+    cache = tmp_path / "peaks.json"
+    speed = Speed(peak_cache=str(cache))
+    speed.peak, speed.peak_source, speed.dtype = TINY, "measured: this CPU", "fp32"
+    speed._above_peak(step=4, rate=1e20)
+    measured = speed.peak
+    assert TINY < measured < 1e20 and "measured again at step 4" in speed.peak_source, speed.peak_source
+    assert speed.mfu_fault is not None and "1e+20" in speed.mfu_fault, speed.mfu_fault
+    assert max(json.loads(cache.read_text()).values()) == measured
+    speed._above_peak(step=6, rate=1e20)  # once a run: not measured again
+    assert speed.peak == measured and speed.peak_source.count("measured again") == 1
 
 
 def _mfus(path) -> list[float]:
@@ -80,7 +118,7 @@ def test_a_cached_peak_a_run_outruns_is_measured_again_and_raised(tmp_path, data
     """Planted: the cache holds a tiny peak for this CPU at every thread count; the run's steps go faster."""
     cache = tmp_path / "data" / "perf_peaks.json"  # paths.data_dir is `data` where train.py starts
     cache.parent.mkdir()
-    planted = {peak_key("fp32", n): TINY for n in range(1, (os.cpu_count() or 2) + 1)}
+    planted = {peak_key("fp32", n): n * TINY for n in range(1, (os.cpu_count() or 2) + 1)}  # the cores' sum
     cache.write_text(json.dumps(planted))
     result = train(
         "mode=full",
@@ -93,11 +131,11 @@ def test_a_cached_peak_a_run_outruns_is_measured_again_and_raised(tmp_path, data
     assert result.returncode == 0, result.stderr[-3000:]
     run, log = tmp_path / "run", result.stdout + result.stderr
     perf = json.loads((run / "verdict.json").read_text())["perf"]
-    raised = {k: v for k, v in json.loads(cache.read_text()).items() if v > TINY}
+    raised = {k: v for k, v in json.loads(cache.read_text()).items() if v != planted.get(k)}
     assert len(raised) == 1 and perf["peak_flops"] == pytest.approx(next(iter(raised.values())), rel=1e-3), (
         raised
     )
-    assert "above the CPU's cached peak 1e+06" in log and "measured again" in perf["peak"], perf
+    assert re.search(r"above the CPU's cached peak \de\+06", log) and "measured again" in perf["peak"], perf
     assert 0 < perf["mfu"] <= 1 and all(0 < m <= 1 for m in _mfus(run / "metrics.csv")), perf
     (done,) = [line for line in log.splitlines() if "DONE:" in line]
     shown = [float(m) for m in re.findall(r"MFU ([\d.]+)%", done)]

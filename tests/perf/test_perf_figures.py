@@ -85,7 +85,8 @@ def test_each_logging_step_reports_what_its_steps_did(tmp_path, one_thread, accu
         assert _close(row["perf/loss_tokens_per_s"] * step_s, accumulate * BATCH), row
         assert _close(row["perf/examples_per_s"] * step_s, accumulate * BATCH), row
         assert _close(row["perf/mfu"], perf["flops_per_step"] / step_s / perf["peak_flops"], 1e-3), row
-        assert _close(sum(row[f"perf/time/{p}"] for p in PHASES), step_s), row
+        assert _close(sum(row.get(f"perf/time/{p}") or 0.0 for p in PHASES), step_s), row
+        assert "perf/time/finish" not in row, row  # after the last step: time_share's alone
         assert row["perf/time/harness"] > 0 and row["perf/time/data_wait"] > 0, row  # the guard; the loader
     assert set(perf) >= set(FIGURES) and all(perf[name] > 0 for name in FIGURES), perf
     assert set(perf["time_share"]) == set(PHASES) and 0.5 < sum(perf["time_share"].values()) < 1.5, perf

@@ -1,6 +1,7 @@
 """The peak FLOP/s an MFU is read against (`device_peak`): vendor datasheets' dense figures for common GPUs
 (PEAKS, matched on the device's name), `perf.peak_flops` for any other device, and on a CPU a matmul measured in
-bursts, its best kept, cached per machine (`measured_peak`) and raised where a run goes faster (`raise_peak`)."""
+bursts, its best kept (N threads at least N times one), cached per machine (`measured_peak`) and measured again
+where a run goes faster (`raise_peak`)."""
 
 from __future__ import annotations
 
@@ -133,26 +134,33 @@ def peak_key(dtype: str, threads: int | None = None) -> str:
 
 def measured_peak(dtype: str, cache: Path) -> float:
     """This CPU's matmul FLOP/s in `dtype` at torch's current thread count: read from `cache` (a JSON file keyed
-    by CPU model, threads and dtype), else measured (~0.1 s) and written there. Several threads are worth at least
-    one: a figure below the one-thread figure is measured again, and the larger kept (both cached)."""
+    by CPU model, threads and dtype), else measured (~0.15 s) and written there. N threads are worth N times one, as
+    a datasheet's peak is its cores' sum: a figure below that is the load's, not the CPU's (threads that wait on a
+    busy neighbour's core), and the cores' sum is kept (both figures cached). One thread's figure holds on a loaded
+    machine where several threads' cannot: a thread woken from its pause runs before the busy ones."""
     threads, known = torch.get_num_threads(), _read_cache(cache)
     key, single = peak_key(dtype, threads), peak_key(dtype, 1)
     cached, floor = _figure(known.get(key)), _figure(known.get(single)) if threads > 1 else None
-    if cached is not None and (floor is None or cached >= floor):
+    if threads > 1 and floor is None:  # a cache written without the floor is held to it too, once measured
+        floor = _one_thread_rate(DTYPES[dtype])
+        _write_cache(cache, {single: floor})
+    if cached is not None and (floor is None or cached >= threads * floor):
         return cached
     figures = {key: max(cached or 0.0, _matmul_rate(DTYPES[dtype]))}
-    if threads > 1:  # threads that wait on a busy neighbour's core read below one thread on its own
-        figures[single] = floor or _one_thread_rate(DTYPES[dtype])
-        figures[key] = max(figures[key], figures[single])
+    if floor is not None:
+        figures[single] = floor
+        figures[key] = max(figures[key], threads * floor)
     _write_cache(cache, figures)
     return figures[key]
 
 
-def raise_peak(dtype: str, cache: Path, rate: float) -> float:
-    """This CPU's peak in `dtype` at torch's thread count measured again, at least `rate` (FLOP/s a run's steps
-    reached, above the cached peak, which was then measured low: on a busy machine), written to `cache`."""
+def raise_peak(dtype: str, cache: Path, cached: float) -> float:
+    """This CPU's peak in `dtype` at torch's thread count measured again (a run's steps outran the `cached` one,
+    measured low on a busy machine), at least `cached`, written to `cache`. Only what was measured is written: a
+    rate above it is the FLOP count's fault or the peak's, never a peak."""
     threads = torch.get_num_threads()
-    peak = max(rate, _matmul_rate(DTYPES[dtype]), _one_thread_rate(DTYPES[dtype]) if threads > 1 else 0.0)
+    cores = threads * _one_thread_rate(DTYPES[dtype]) if threads > 1 else 0.0  # as measured_peak: their sum
+    peak = max(cached, _matmul_rate(DTYPES[dtype]), cores)
     _write_cache(cache, {peak_key(dtype, threads): peak})
     return peak
 

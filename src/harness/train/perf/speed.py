@@ -215,7 +215,12 @@ class Speed(pl.Callback):
             "perf/loss_tokens_per_s": values["loss_tokens"] / total,
             "perf/examples_per_s": window.examples * world / total,
             "perf/step_s": total / window.steps,
-            **{f"perf/time/{phase}": spent / window.steps for phase, spent in seconds.items()},
+            # `finish` follows the last step (time_share's alone); `setup` only the first window holds
+            **{
+                f"perf/time/{phase}": spent / window.steps
+                for phase, spent in seconds.items()
+                if phase != "finish" and (phase != "setup" or spent > 0)
+            },
         }
         if self.flops and self.peak:  # this device's share of the step over its peak
             rate = self.flops * window.batches / total
@@ -235,18 +240,21 @@ class Speed(pl.Callback):
             self._judge_data_wait(trainer, window, seconds["data_wait"], total)
 
     def _above_peak(self, step: int, rate: float) -> None:
-        """The steps ran faster than the peak: a CPU's measured peak is measured again and raised (and cached), any
-        other is a measurement fault, said once, and no MFU is given."""
-        if self.peak_source.startswith("measured"):
-            source, cached = self.peak_source.partition(";")[0], self.peak
-            self.peak = raise_peak(self.dtype, self.peak_cache, rate)
+        """The steps ran faster than the peak: a CPU's measured peak is measured again, once a run, and raised (and
+        cached); steps faster than that too, or than any other peak, are a measurement fault, said once, and no
+        MFU is given."""
+        if self.peak_source.startswith("measured") and "measured again" not in self.peak_source:
+            source, cached = self.peak_source, self.peak
+            self.peak = raise_peak(self.dtype, self.peak_cache, cached)
             self.peak_source = f"{source}; measured again at step {step}, above the cached {cached:.4g}"
             log.warning(
                 "perf: step %d ran at %.4g FLOP/s, above the CPU's cached peak %.4g (%s): it was measured low, on "
                 "a busy machine; measured again, %.4g written to %s",
                 *(step, rate, cached, source, self.peak, self.peak_cache),
             )
-        elif self.mfu_fault is None:
+            if rate <= self.peak:
+                return
+        if self.mfu_fault is None:
             self.mfu_fault = (
                 f"step {step} ran at {rate:.4g} FLOP/s, above the peak {self.peak:.4g} ({self.peak_source}): the "
                 f"peak or the FLOP count is wrong; set perf.peak_flops to the device's dense {self.dtype} peak"
