@@ -136,6 +136,23 @@ def _count(run) -> tuple[Counter, dict[str, float]]:
 # --- whose copy, and what it is worth -------------------------------------------------------------------------
 
 
+def test_a_library_the_harness_calls_outside_its_models_copies_for_the_harness_not_the_user(library):
+    """Planted: code compiled as a probe's file and as a model's file of the harness, each calling the library."""
+    import copylib
+
+    from harness.train.perf.copies import HARNESS
+
+    calls = {}
+    for where in ("probes/planted_probe.py", "models/planted_model.py"):
+        code = compile("def call(lib, x):\n    lib.once(x)\n", f"{HARNESS}{where}", "exec")
+        exec(code, calls.setdefault(where, {}))
+    x = torch.arange(4.0)
+    counts, _ = _count(lambda: [space["call"](copylib, x) for space in calls.values()])
+    assert set(counts) == {(0, "copylib.py:3, called from harness/models/planted_model.py:2", "__bool__")}, (
+        counts
+    )
+
+
 def test_a_librarys_copy_is_named_as_the_librarys_called_from_the_users_line(library):
     import copylib
 

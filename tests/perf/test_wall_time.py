@@ -5,6 +5,7 @@ clock's own rules: counted from the process's start only for the command's own r
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -74,7 +75,9 @@ def _timed(clock: wall.RunClock, sleeps: dict[str, float]) -> dict:
 def test_a_run_of_the_command_counts_from_the_process_start_and_adds_its_exit(tmp_path, monkeypatch):
     exits = []
     monkeypatch.setattr(wall.atexit, "register", lambda *args: exits.append(args))
-    monkeypatch.setenv(wall.STARTED, repr(time.time() - 2.0))  # cli.main's: the process began 2 s ago
+    monkeypatch.setenv(
+        wall.STARTED, f"{os.getpid()}:{time.time() - 2.0!r}"
+    )  # cli.main's: this process, 2 s ago
     clock = wall.RunClock()
     verdict = Verdict(status="DONE", preflight_seconds=0.05, items={})
     verdict.items["perf"] = _timed(clock, {"data": 0.03, "model": 0.02, "preflight": 0.05, "loop": 0.2})
@@ -111,7 +114,9 @@ def test_a_run_of_the_command_counts_from_the_process_start_and_adds_its_exit(tm
 def test_a_run_from_code_counts_from_the_tasks_start_and_leaves_the_exit(tmp_path, monkeypatch):
     exits = []
     monkeypatch.setattr(wall.atexit, "register", lambda *args: exits.append(args))
-    monkeypatch.delenv(wall.STARTED, raising=False)
+    monkeypatch.setenv(
+        wall.STARTED, f"{os.getppid()}:{time.time() - 2.0!r}"
+    )  # a parent's, inherited: not ours
     clock = wall.RunClock()
     verdict = Verdict(status="DONE", preflight_seconds=0.02, items={})
     verdict.items["perf"] = _timed(clock, {"data": 0.01, "model": 0.01, "preflight": 0.02, "loop": 0.04})

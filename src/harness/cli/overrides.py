@@ -92,6 +92,7 @@ def _checked_jobs(
     from hydra import compose
 
     from harness.config.explain import base_of, explain
+    from harness.ranks import global_rank
     from harness.report.optimized_metric import check_sweeper
     from harness.tasks.validate import check_types, notices, validate
     from harness.train.distributed.devices import check_launch, on_cluster
@@ -115,7 +116,9 @@ def _checked_jobs(
             die(str(err), err)
         said += [line for line in notices(cfg) if line not in said]
         jobs.append((cfg, base, given))
-    for line in said:  # once for the sweep, before any job runs
+    for line in (
+        said if global_rank() == 0 else []
+    ):  # once for the sweep, before any job runs; by rank 0 alone
         print(f"warning: {line}", file=sys.stderr)
     return jobs
 

@@ -65,10 +65,15 @@ def _mask_is_causal(config, max_len: int) -> bool:
 def _skip_mask_building(lm, max_len: int) -> None:
     """Run sdpa's causal path without the mask transformers builds for it, where that is the same computation:
     building it checks on the host, one `bool()` a mask a forward, that the position ids show no packed documents
-    (the wrapper passes none: they never do). Any other attention keeps its own (eager: see `forward`)."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    (the wrapper passes none: they never do). Any other attention keeps its own (eager: see `forward`); a
+    transformers without an attention registry (before 4.48) or `set_attn_implementation` runs sdpa as it is."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    except ImportError:
+        return
+    if not hasattr(lm, "set_attn_implementation"):
+        return
     if lm.config._attn_implementation != "sdpa" or not _mask_is_causal(lm.config, max_len):
         return
     AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)  # transformers' registry: idempotent

@@ -38,6 +38,8 @@ OWN = tuple({HARNESS, f"{Path(__file__).parents[2]}{os.sep}"})
 LIGHTNING = tuple(f"{Path(package.__file__).parent}{os.sep}" for package in (pl, lightning_fabric))
 #: whose copies are not the user's: the harness's own (held to none on quiet steps by its tests) and Lightning's
 NOT_USERS = (*OWN, *LIGHTNING)
+#: the harness's models: a library they call copies for the model, as a fork's would (harness.models.hf)
+MODELS = tuple(f"{own}models{os.sep}" for own in OWN)
 #: how a library's copy is named: the library's line, then the line outside every library that called into it
 CALLED_FROM = ", called from "
 
@@ -78,7 +80,8 @@ def _line(frame: FrameType) -> str:
 def user_site(frame: FrameType | None) -> str | None:
     """Who asked, from `frame` out past torch: the user's `file:line`; for an installed library's copy,
     `library_line, called from caller_line` (the caller: the first frame out of the libraries, the user's or a
-    harness model wrapper's); None where the asker is the harness or Lightning, or Lightning called the library."""
+    harness model wrapper's); None where the asker is the harness or Lightning, or Lightning or the harness outside
+    its models called the library."""
     frame = outside(frame, (TORCH,))
     if frame is None or frame.f_code.co_filename.startswith(NOT_USERS):
         return None
@@ -89,7 +92,13 @@ def user_site(frame: FrameType | None) -> str | None:
         if caller.f_code.co_filename.startswith(LIGHTNING):  # Lightning's own use of the library
             return None
         caller = caller.f_back
-    return None if caller is None else f"{_line(frame)}{CALLED_FROM}{_line(caller)}"
+    if (
+        caller is None
+        or caller.f_code.co_filename.startswith(OWN)
+        and not caller.f_code.co_filename.startswith(MODELS)
+    ):
+        return None  # the harness's own use of the library (a probe's, a check's): not the model's
+    return f"{_line(frame)}{CALLED_FROM}{_line(caller)}"
 
 
 def library_of(where: str) -> str | None:

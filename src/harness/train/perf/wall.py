@@ -14,7 +14,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: where cli.main leaves the process's start (seconds since the epoch) for the task it runs, while it runs
+#: where cli.main leaves `<pid>:<the process's start, seconds since the epoch>` for the task it runs, while it runs
+#: (a child process inherits it: the pid says whose it is)
 STARTED = "HARNESS_STARTED"
 #: perf.wall's phases of the training loop, each the loop's phases (timeline.PHASES) it sums; its `setup` goes to
 #: the Trainer's set-up, its `finish` to the end
@@ -39,11 +40,20 @@ def process_start() -> float:
 @contextlib.contextmanager
 def command_clock():
     """Around cli.main: the process's start in STARTED for the task the command runs; taken out after."""
-    os.environ[STARTED] = repr(process_start())
+    os.environ[STARTED] = f"{os.getpid()}:{process_start()!r}"
     try:
         yield
     finally:
         os.environ.pop(STARTED, None)
+
+
+def _own_start() -> float | None:
+    """The process's start that cli.main left in STARTED, if this process is the one that left it."""
+    pid, _, started = os.environ.get(STARTED, "").partition(":")
+    try:
+        return float(started) if int(pid) == os.getpid() else None
+    except ValueError:
+        return None
 
 
 def _sweeping() -> bool:
@@ -59,9 +69,9 @@ class RunClock:
     share a process, or a pool's) and under `harness.run` from code."""
 
     def __init__(self):
-        now, started = time.time(), os.environ.get(STARTED)
-        self.own = bool(started) and not _sweeping()  # the command's own run: start-up and exit counted
-        self.marks = {"startup": min(float(started), now)} if self.own else {}
+        now, started = time.time(), _own_start()
+        self.own = started is not None and not _sweeping()  # the command's own run: start-up and exit counted
+        self.marks = {"startup": min(started, now)} if self.own else {}
         self.marks["data"] = now  # phase -> when it started; "model" entered once the data is ready
 
     def enter(self, phase: str) -> None:
