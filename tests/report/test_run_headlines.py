@@ -11,7 +11,15 @@ from harness.train.full_run import Full
 
 #: perf.wall of a run that took 6.1 s, as the training task stamps it
 WALL = {
-    "seconds": {"startup": 3.8, "data": 0.2, "model": 0.1, "preflight": 0.4, "trainer": 0.2, "steps": 1.35, "end": 0.01},
+    "seconds": {
+        "startup": 3.8,
+        "data": 0.2,
+        "model": 0.1,
+        "preflight": 0.4,
+        "trainer": 0.2,
+        "steps": 1.35,
+        "end": 0.01,
+    },
     "total": 6.06,
     "until": "verdict",
 }

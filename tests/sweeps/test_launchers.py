@@ -49,7 +49,9 @@ def test_joblib_jobs_run_in_parallel_on_one_fresh_data_root(tmp_path):
     assert [verdicts[j]["model_group"] for j in "01"] == ["rnn", "transformer"]
     assert all(verdicts[j]["status"] in ("PASS", "FAIL") for j in "01"), verdicts
     for j in "23":
-        assert verdicts[j]["status"] == "CONFIG_ERROR" and verdicts[j]["error"].startswith("n=50000"), verdicts[j]
+        assert verdicts[j]["status"] == "CONFIG_ERROR" and verdicts[j]["error"].startswith("n=50000"), (
+            verdicts[j]
+        )
         log = (sweep / j / "train.log").read_text()
         assert "error: n=50000" in log and "Traceback" not in log, log
     for j in "0123":  # HydraConfig in the worker: the job's own number, dir and mode

@@ -13,7 +13,17 @@ from harness.report.verdict import write_atomic
 
 #: the statuses that make a sweep's own, the worst first
 WORST_FIRST = (
-    *("ERROR", "CONFIG_ERROR", "RANK_LOST", "RANK_STALLED", "FAIL", "PREFLIGHT_FAIL", "NONFINITE", "SYMPTOM", "INTERRUPTED"),
+    *(
+        "ERROR",
+        "CONFIG_ERROR",
+        "RANK_LOST",
+        "RANK_STALLED",
+        "FAIL",
+        "PREFLIGHT_FAIL",
+        "NONFINITE",
+        "SYMPTOM",
+        "INTERRUPTED",
+    ),
     "MISSING",
 )
 
