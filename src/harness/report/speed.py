@@ -54,7 +54,7 @@ def _mfu_why(perf: dict) -> str:
     return "unknown: no peak for this device (perf.peak_flops sets it)"
 
 
-def _wall(perf: dict) -> dict:
+def _wall_of(perf: dict) -> dict:
     wall = perf.get("wall")
     return wall if isinstance(wall, dict) and isinstance(wall.get("seconds"), dict) else {}
 
@@ -62,13 +62,13 @@ def _wall(perf: dict) -> dict:
 def run_seconds(v: dict) -> float | None:
     """A run's seconds: perf.wall's total (the process's, from its start), else verdict.json's `seconds` (the
     training task's)."""
-    total = _wall(v.get("perf") if isinstance(v.get("perf"), dict) else {}).get("total")
+    total = _wall_of(v.get("perf") if isinstance(v.get("perf"), dict) else {}).get("total")
     return total if isinstance(total, (int, float)) else v.get("seconds")
 
 
 def wall_phrase(perf: dict | None, seconds: float | None) -> str:
     """The run's wall time for the console: '6.1 s in all (start-up 3.8 s, ...)' from perf.wall, else `seconds`."""
-    wall = _wall(perf) if isinstance(perf, dict) else {}
+    wall = _wall_of(perf) if isinstance(perf, dict) else {}
     if not isinstance(wall.get("total"), (int, float)):
         return f"{seconds or 0:.1f} s"
     parts = [
@@ -81,7 +81,7 @@ def wall_phrase(perf: dict | None, seconds: float | None) -> str:
 
 
 def _wall_part(perf: dict) -> list[str]:
-    wall = _wall(perf)
+    wall = _wall_of(perf)
     if not wall:
         return []
     until = (
