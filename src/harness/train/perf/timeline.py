@@ -109,9 +109,7 @@ class Timeline:
         if self.cuda:
             try:
                 torch.cuda.synchronize()
-            except (
-                RuntimeError
-            ):  # a device that failed: the fit raises that error itself; the windows read stand
+            except RuntimeError:  # a device that failed: the fit raises it itself; the windows read stand
                 return dict(self.total)
             self.window()
         return dict(self.total)
