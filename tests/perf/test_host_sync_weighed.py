@@ -22,6 +22,7 @@ from harness.ops.loss import CrossEntropy
 from harness.train.perf.copies import CopyCounter, library_of, shown_path, user_site
 from harness.train.perf.host_sync import HostSync, host_syncs, repeats_of
 from tests.conftest import PROBES_OFF, train
+from tests.perf.test_host_sync import ItemEveryBlock
 from tests.train.conftest import FORK
 
 HERE = shown_path(str(Path(__file__).resolve()))
@@ -46,14 +47,12 @@ def _planted(marker: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# planted: {marker}"))
 
 
-class MaskEveryLayer(nn.Module):
-    """A small language model that indexes each layer's output by a boolean mask: a copy a layer, every step."""
+class MaskEveryLayer(ItemEveryBlock):
+    """test_host_sync's small language model, indexing each layer's output by a boolean mask instead: a copy a
+    layer, every step."""
 
-    def __init__(self, vocab_size: int, d_model: int = 16, layers: int = 3, vectorize: bool = True):
-        super().__init__()
-        self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(layers))
-        self.head = nn.Linear(d_model, vocab_size)
+    def __init__(self, vocab_size: int, **sizes):
+        super().__init__(vocab_size, **sizes)
         self.active = []
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
