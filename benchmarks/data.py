@@ -120,7 +120,7 @@ def stdlib_data(
 ):
     """The stdlib corpus's datamodule under `root`, its BPE trained (and not yet prepared)."""
     from harness.data import CorpusDataModule, shards
-    from harness.data.prepare import corpus_tokenizer
+    from harness.data.prepare_corpus import corpus_tokenizer
 
     tokenizer = {"kind": "bpe", "vocab_size": vocab_size}
     data = CorpusDataModule(
@@ -142,7 +142,7 @@ def throughput(data, reps: int) -> dict:
     """Seconds of `prepare(data)` (its shards deleted first) and of a bare encode_batch of the same texts,
     alternating (see the module docstring); the shards are left prepared."""
     from harness.data.integrity import read_meta
-    from harness.data.prepare import prepare
+    from harness.data.prepare_corpus import prepare
 
     texts = [Path(path).read_text(encoding="utf-8") for path, _ in data.corpus.files]
     backend = data.corpus.trained_bpe().backend

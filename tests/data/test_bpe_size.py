@@ -18,7 +18,7 @@ def _prepared(tmp_path, vocab_size: int, caplog):
     data = datamodule(
         tmp_path / "tiny.txt", tmp_path / "data", {"kind": "bpe", "vocab_size": vocab_size}, length=8
     )
-    with caplog.at_level("INFO", logger="harness.data.prepare"):
+    with caplog.at_level("INFO", logger="harness.data.prepare_corpus"):
         ready(data)
     meta = json.loads((data.dataset_dir / "meta.json").read_text())
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -71,7 +71,7 @@ def test_a_hugging_face_dataset_s_meta_holds_both_sizes(tmp_path, caplog):
         batch_size=4,
         num_proc=1,
     )
-    with caplog.at_level("WARNING", logger="harness.data.prepare"):
+    with caplog.at_level("WARNING", logger="harness.data.prepare_corpus"):
         data.prepare_data()
     meta = json.loads((data.corpus.dataset_dir / "meta.json").read_text())["tokenizer"]
     assert meta["vocab_size_asked"] == 4096 and 257 <= meta["vocab_size"] < 4096, meta

@@ -1,4 +1,4 @@
-"""data=corpus: files tokenized once into shards (harness.data.prepare, .shards), read back as windows
+"""data=corpus: files tokenized once into shards (harness.data.prepare_corpus, .shards), read back as windows
 (harness.data.sources.corpus). Real files in tmp dirs, real worker processes, the real CLI in a subprocess."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.data import integrity, shards
-from harness.data import prepare as preparing
+from harness.data import prepare_corpus as preparing
 from harness.data.sampler import ResumableLoader
 from harness.data.tokenizer import END_OF_TEXT, train_bpe
 from harness.errors import ConfigError
@@ -215,9 +215,9 @@ def test_a_tokenizer_unlike_the_shards_is_refused(corpus, tmp_path):
 
 @pytest.mark.slow  # ~10 s: a fresh interpreter that imports torch and Lightning
 def test_prepare_cli_exits_2_with_one_error_line_on_an_empty_glob(tmp_path):
-    """Through the command's earlier name, `python -m harness.data.prepare`, which hands over to the CLI's own."""
+    """`python -m harness.cli.prepare` on a glob that matches nothing: one line, exit 2, nothing written."""
     result = run_command(
-        sys.executable, "-m", "harness.data.prepare", "data=corpus", f"data.files={tmp_path}/*.txt",
+        sys.executable, "-m", "harness.cli.prepare", "data=corpus", f"data.files={tmp_path}/*.txt",
         f"data.root={tmp_path / 'data'}", cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-2000:]

@@ -68,7 +68,7 @@ def test_a_damaged_corpus_cache_is_prepared_again(name, corpus, tmp_path, caplog
     first = ready(datamodule(folder, tmp_path / "data"))
     records = [first.train_dataset.record(i) for i in range(len(first.train_dataset))]
     DAMAGES[name](first.dataset_dir)
-    with caplog.at_level("WARNING", logger="harness.data.prepare"):
+    with caplog.at_level("WARNING", logger="harness.data.prepare_corpus"):
         again = ready(datamodule(folder, tmp_path / "data"))
     assert "preparing it again" in caplog.text, caplog.text
     assert [again.train_dataset.record(i) for i in range(len(again.train_dataset))] == records
@@ -79,7 +79,7 @@ def test_a_damaged_bpe_tokenizer_is_trained_again(corpus, tmp_path, caplog):
     folder, _ = corpus
     first = ready(datamodule(folder, tmp_path / "data", BPE))
     (first.corpus.tokenizer_dir / "tokenizer.json").write_text('{"model": ')
-    with caplog.at_level("WARNING", logger="harness.data.prepare"):
+    with caplog.at_level("WARNING", logger="harness.data.prepare_corpus"):
         again = ready(datamodule(folder, tmp_path / "data", BPE))
     assert "tokenizer.json" in caplog.text and again.tokenizer.fingerprint() == first.tokenizer.fingerprint()
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from harness.data import HFDataModule
-from harness.data.sources import hf
+from harness.data.sources import hf_shards as hf
 from harness.errors import ConfigError
 from harness.tasks.training import run
 from tests.conftest import PROBES_OFF

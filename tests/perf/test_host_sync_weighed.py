@@ -17,7 +17,7 @@ from torch import nn
 
 from harness.errors import ConfigError
 from harness.models import HFCausalLM
-from harness.models.hf import CAUSAL_SDPA
+from harness.models.hf_causal_lm import CAUSAL_SDPA
 from harness.ops.loss import CrossEntropy
 from harness.train.perf.copies import CopyCounter, library_of, shown_path, user_site
 from harness.train.perf.host_sync import HostSync, host_syncs, repeats_of
@@ -231,7 +231,7 @@ def test_model_hf_keeps_the_mask_a_window_needs_and_its_copy_is_transformers():
     counts, _ = _count(lambda: model(torch.zeros(1, 12, dtype=torch.long)))
     [(_, where, call)] = counts
     assert where.startswith("transformers/masking_utils.py:") and call == "__bool__", counts
-    assert where.split(", called from ")[1].startswith("harness/models/hf.py:"), where
+    assert where.split(", called from ")[1].startswith("harness/models/hf_causal_lm.py:"), where
 
 
 # --- train.py runs ---------------------------------------------------------------------------------------------

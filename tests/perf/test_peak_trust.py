@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from harness.models import Transformer
-from harness.report.speed import speed_line, speed_part
+from harness.report.speed_section import speed_line, speed_part
 from harness.report.summary import collect
 from harness.train.module import HarnessModule
 from harness.train.perf.peak import measured_peak, peak_key

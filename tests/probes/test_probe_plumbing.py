@@ -3,8 +3,6 @@ builder that makes a probe of every `_target_` entry under `probes`, a fork's ow
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -12,7 +10,6 @@ import torch
 from harness.config import build
 from harness.errors import ConfigError
 from harness.probes import Probe, ProbeSet
-from harness.probes.layers.norms import ParameterNorms
 from harness.tasks.training import run
 from harness.train.module import HarnessModule
 from tests.forks.models import UnusedParamRNN
@@ -160,22 +157,12 @@ def test_an_argument_given_per_mode_takes_the_runs_mode_and_a_plain_value_serves
     assert [activations_every(one_mode, True), activations_every(one_mode, False)] == [20, 100]
 
 
-def test_old_layers_key_still_sets_the_norms_probe(make_config, tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="harness.probes")
-    cfg = make_config("probes.layers.every=5", "probes.layers.ratio_every=3")
-    (probes,) = [cb for cb in build(cfg.probes, "probes", run_dir=tmp_path, data=None, overfit=True)]
-    (norms,) = [p for p in probes.probes if isinstance(p, ParameterNorms)]
-    assert (norms.every, norms.ratio_every) == (5, 3)
-    warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 2 and "probes.layers.every is the old name of probes.norms.every" in warnings[0]
-
-
 @pytest.mark.parametrize(
     "override, key",
     [
         ("probes.histograms.every=0", r"probes\.histograms\.every=0"),
         ("probes.dead.threshold=-1", r"probes\.dead\.threshold=-1"),
-        ("probes.layers.ratio_every=0", r"probes\.norms\.ratio_every=0"),
+        ("probes.norms.ratio_every=0", r"probes\.norms\.ratio_every=0"),
         ("+probes.extra.bad=3", r"probes\.extra\.bad=3"),
     ],
 )

@@ -302,37 +302,16 @@ def test_the_entry_reaches_trainer_fit_in_four_calls(tmp_path, data_root):
     )
 
 
-def test_the_names_of_earlier_layouts_point_at_modules_that_exist():
-    """docs/layout.md keeps, for forks that must move, each earlier module name and where its contents are now."""
-    import importlib
+def test_no_machinery_for_module_names_the_layout_no_longer_has():
+    """A template is copied, not depended on: no import hook maps earlier names, and no page keeps their tables."""
+    import harness  # noqa: F401  (what it would install, it installs as it imports)
+    import harness.probes.assemble as assemble
 
-    table = (ROOT / "docs" / "layout.md").read_text().split("## Names of earlier layouts")[1]
-    current = [cell.split("|")[2] for cell in table.splitlines() if cell.startswith("| `harness.")]
-    names = {n for row in current for n in re.findall(r"`(harness(?:\.\w+)+)`", row)}
-    assert len(names) >= 20, names
-    for name in sorted(names):
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError:  # a name inside a module: its module imports and holds it
-            module, _, attribute = name.rpartition(".")
-            assert hasattr(importlib.import_module(module), attribute), name
-
-
-def test_the_previous_layouts_module_names_still_import_as_the_current_modules():
-    """A fork written against the previous layout: `import harness.train.whole`, a `_target_` of an earlier name."""
-    import importlib
-
-    from hydra.utils import get_class
-
-    from harness import EARLIER_NAMES
-
-    documented = (ROOT / "docs" / "layout.md").read_text().split("## Names of earlier layouts")[1]
-    for earlier, current in EARLIER_NAMES.items():
-        assert f"`{current}`" in documented, f"docs/layout.md does not name {current} (once {earlier})"
-        with pytest.warns(DeprecationWarning, match=f"{earlier} is now {current}"):
-            module = importlib.import_module(earlier)
-        assert module is importlib.import_module(current), earlier
-    assert get_class("harness.train.sharding.FSDP").__module__ == "harness.train.distributed.sharding"
+    hooks = [type(f).__module__ for f in sys.meta_path if type(f).__module__.startswith("harness")]
+    assert hooks == [], hooks
+    pages = [p for p in (ROOT / "docs").glob("*.md") if "earlier layout" in p.read_text().lower()]
+    assert pages == [], pages
+    assert not hasattr(assemble, "ALIASES")
 
 
 def test_preparing_a_corpus_imports_neither_torch_nor_lightning(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from harness.report.charts import png, thinned
-from harness.report.command import main as report_main
+from harness.report.__main__ import main as report_main
 from harness.report.run_page import PAGE, marked, sentence, write_run_page
 from harness.report.summary import write_summary
 

@@ -5,7 +5,7 @@ a run that ended before its first validation says so in both."""
 from __future__ import annotations
 
 from harness.report.run_page import sentence
-from harness.report.speed import wall_phrase
+from harness.report.speed_section import wall_phrase
 from harness.report.verdict import Verdict
 from harness.train.full_run import Full
 

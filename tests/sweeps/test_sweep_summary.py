@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.command import main as report_main
+from harness.report.__main__ import main as report_main
 from harness.report.summary import COLUMNS, EXTRA, collect, write_summary
 from harness.report.verdict import read_verdict
 from tests.conftest import ROOT, needs_probes, train

@@ -1,5 +1,5 @@
 """`python -m harness.cli.prepare data=corpus data.files='books/*.txt'`: a dataset made ready without training
-(`main`, `prepare_command`). A corpus is tokenized into shards without torch or Lightning, another source by its
+(`main`). A corpus is tokenized into shards without torch or Lightning, another source by its
 datamodule's prepare_data(). A config mistake exits 2."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from harness.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command: prepare_command, a signal ending it with one line and exit 128 + its number."""
+    """The command: _prepare, a signal ending it with one line and exit 128 + its number."""
     from harness.signals import run_guarded
 
-    run_guarded(lambda: prepare_command(argv))
+    run_guarded(lambda: _prepare(argv))
 
 
-def prepare_command(argv: list[str] | None = None) -> None:
+def _prepare(argv: list[str] | None = None) -> None:
     """Compose conf/ with `argv`'s overrides (default: sys.argv's) and prepare its data; prints its folder."""
     from hydra import compose, initialize_config_dir
 

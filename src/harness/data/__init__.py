@@ -7,7 +7,7 @@ for.
     batch.py       a split's first examples, collated as its loader does
     sampler.py     shuffling a checkpoint resumes mid-epoch
     sources/       the built-in datamodules (data=hf: any Hugging Face dataset, fine-tuning too)
-    shards.py      a corpus's token shards;   prepare.py   making them (no torch)
+    shards.py      a corpus's token shards;   prepare_corpus.py   making them (no torch)
     integrity.py   whether a prepared corpus is complete;   rules.py   the data keys' ranges"""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from harness import exported
 #: module -> the names it defines
 EXPORTS = {
     "harness.data.dataset": ("CharDataset", "DiskDataModule"),
-    "harness.data.sources.windows": ("CorpusDataModule",),
-    "harness.data.sources.hub": ("HFDataModule",),
+    "harness.data.sources.corpus_datamodule": ("CorpusDataModule",),
+    "harness.data.sources.hf_datamodule": ("HFDataModule",),
     "harness.data.sources.folder": ("FolderDataModule",),
     "harness.data.sources.synthetic": ("SyntheticDataModule",),
     "harness.data.sources.text": ("TextDataModule",),

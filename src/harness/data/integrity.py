@@ -1,6 +1,6 @@
 """Whether a prepared corpus folder (harness.data.shards) is complete: `damage` names what is wrong
 (meta.json's shape, a shard missing, of another length or failing its checksum), or None. A damaged one is
-prepared again (harness.data.prepare), or refused where it cannot be written."""
+prepared again (harness.data.prepare_corpus), or refused where it cannot be written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token shards: a corpus's files cut into pieces and tokenized (the workers' side of harness.data.prepare),
+"""Token shards: a corpus's files cut into pieces and tokenized (the workers' side of harness.data.prepare_corpus),
 and read back through memory maps (TokenStore): meta.json and shard-NNNNN.bin files, the token stream in order
 (uint16 or uint32, no header). A document: a text file, a .jsonl record, a .parquet row (pyarrow, lazily)."""
 

@@ -3,7 +3,7 @@
 transformer.py   the small transformer (the default)
 recurrent.py     RNN and LSTM
 gpt.py           a real GPT, tiny to GPT-2 small
-hf.py            any Hugging Face causal LM architecture, random init
+hf_causal_lm.py  any Hugging Face causal LM architecture, random init
 rules.py         the ranges of their keys (read without torch)"""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from harness import exported
 #: module -> the names it defines
 EXPORTS = {
     "harness.models.gpt": ("GPT",),
-    "harness.models.hf": ("HFCausalLM",),
+    "harness.models.hf_causal_lm": ("HFCausalLM",),
     "harness.models.recurrent": ("LSTM", "RNN"),
     "harness.models.transformer": ("Transformer",),
 }

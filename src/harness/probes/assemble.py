@@ -3,7 +3,6 @@ every entry with a `_target_`, plus the builder's `full` and `enabled`; Probes s
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
@@ -19,8 +18,6 @@ log = logging.getLogger(__name__)
 
 #: keys of the `probes` node that are settings of the whole, not probe entries
 SETTINGS = ("enabled", "plots", "wandb_watch", "extra")
-#: old name -> new name of an entry: `probes.<old>.<key>=V` still works, mapped onto `probes.<new>.<key>`
-ALIASES = {"layers": "norms"}
 #: keys of an entry that the builder reads, not passed to the probe
 BUILDER_KEYS = ("full", "enabled")
 #: an argument may be given per mode, `{overfit: A, full: B}`: short overfit runs can afford a denser reading
@@ -36,7 +33,6 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None)
     """The probes the `probes` node `cfg` turns on: the Probes as one ProbeSet, then plain callbacks."""
     if not cfg.get("enabled", True):
         return []
-    cfg = _with_aliases(cfg)
     entries = [(f"probes.{name}", node) for name, node in cfg.items() if _is_entry(name)]
     entries += [(f"probes.extra.{name}", node) for name, node in (cfg.get("extra") or {}).items()]
     probes, callbacks = [], []
@@ -54,34 +50,8 @@ def build_probes(cfg: DictConfig, run_dir: Path, data, overfit: bool, loss=None)
 
 
 def _is_entry(name: str) -> bool:
-    """Whether the key `name` of the `probes` node may hold a probe (not a setting, an alias or `_target_`)."""
-    return not name.startswith("_") and name not in SETTINGS and name not in ALIASES
-
-
-def _with_aliases(cfg: DictConfig) -> DictConfig:
-    """`cfg` with each value under an old entry name (ALIASES) moved to the new one, with a warning."""
-    given = {
-        old: {k: v for k, v in (cfg.get(old) or {}).items() if v is not None} for old in ALIASES if old in cfg
-    }
-    if not any(given.values()):
-        return cfg
-    cfg = copy.deepcopy(cfg)
-    with open_dict(cfg):
-        for old, values in given.items():
-            if values and not isinstance(cfg.get(ALIASES[old]), DictConfig):
-                raise ConfigError(
-                    f"probes.{old}", dict(values), f"maps onto probes.{ALIASES[old]}, which is off"
-                )
-            for key, value in values.items():
-                log.warning(
-                    "probes.%s.%s is the old name of probes.%s.%s (it still works; use the new one)",
-                    old,
-                    key,
-                    ALIASES[old],
-                    key,
-                )
-                cfg[ALIASES[old]][key] = value
-    return cfg
+    """Whether the key `name` of the `probes` node may hold a probe (not a setting or `_target_`)."""
+    return not name.startswith("_") and name not in SETTINGS
 
 
 def _per_mode(value) -> bool:

@@ -5,12 +5,11 @@
     summary.py           the sweep summary; SweepSummary
     plots.py             the sweep's figures
     run_page.py          a run's report.html
-    speed.py             its Speed section: the speed figures, where a step's time goes
+    speed_section.py     its Speed section: the speed figures, where a step's time goes
     sweep_page.py        a sweep's report.html
     run_files.py         a run dir's files read back
     html.py              the pages' pieces
     charts.py            the pages' charts, without matplotlib
-    command.py           `python -m harness.report DIR`
     optimized_metric.py  the number a search optimizes
 
 `SweepSummary` is imported when first asked for."""

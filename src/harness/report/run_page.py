@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.report.charts import Chart, Level, Mark, Series, heat_map, line_chart
 from harness.report.html import badge, image, missing, number, page, section, table
 from harness.report.run_files import defaults_for, flat, read_metrics, select, yaml_in
-from harness.report.speed import run_seconds, speed_part
+from harness.report.speed_section import run_seconds, speed_part
 from harness.report.verdict import STOPPED, exit_code, verdict_in, write_atomic
 
 log = logging.getLogger(__name__)

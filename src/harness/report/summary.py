@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.report.run_files import read_metrics, select, yaml_in
-from harness.report.speed import mfu_of
+from harness.report.speed_section import mfu_of
 from harness.report.verdict import Verdict, verdict_in
 
 log = logging.getLogger(__name__)

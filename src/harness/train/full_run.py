@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from harness.report.speed import speed_line, wall_phrase
+from harness.report.speed_section import speed_line, wall_phrase
 from harness.train.checkpoints import FinalCheckpoint
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from harness.data.batch import collate_of, first_items, indexable, to_device, training_mode
 from harness.errors import ConfigError
 from harness.ops.forward_calls import without_dropout
-from harness.report.speed import wall_phrase
+from harness.report.speed_section import wall_phrase
 from harness.seeding import seed_all
 from harness.train.perf.readout import readout_of
 

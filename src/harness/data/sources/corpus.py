@@ -1,6 +1,6 @@
 """data=corpus: `Corpus`, which files, tokenizer and folders a corpus of text files of any size has, without
-torch (harness.data.prepare tokenizes it into shards once, under
-data.root/corpus/<name>-<hash>/<tokenizer>/val<f>/); harness.data.sources.windows reads them as a datamodule.
+torch (harness.data.prepare_corpus tokenizes it into shards once, under
+data.root/corpus/<name>-<hash>/<tokenizer>/val<f>/); harness.data.sources.corpus_datamodule reads them as a datamodule.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class Shards:
         return f"{kind}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:8]}"
 
     def trained_bpe(self) -> HFTokenizer:
-        """tokenizer=bpe: the BPE trained on this corpus (harness.data.prepare trains it)."""
+        """tokenizer=bpe: the BPE trained on this corpus (harness.data.prepare_corpus trains it)."""
         text = (self.tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
         return HFTokenizer.from_str(text, bos=END_OF_TEXT, eos=END_OF_TEXT)
 
@@ -239,14 +239,14 @@ class Corpus(Shards):
         self.dataset_dir = self.tokenizer_dir / f"val{val_fraction}"
 
     def prepare(self) -> Path:
-        """Tokenize the corpus into shards once (harness.data.prepare); a later call finds them and returns."""
-        from harness.data.prepare import prepare
+        """Tokenize the corpus into shards once (harness.data.prepare_corpus); a later call finds them and returns."""
+        from harness.data.prepare_corpus import prepare
 
         return prepare(self)
 
 
 #: the data targets whose corpus is prepared without building a datamodule (no torch, no Lightning)
-CORPUS_TARGETS = ("harness.data.CorpusDataModule", "harness.data.sources.windows.CorpusDataModule")
+CORPUS_TARGETS = ("harness.data.CorpusDataModule", "harness.data.sources.corpus_datamodule.CorpusDataModule")
 
 
 def corpus_of(node):

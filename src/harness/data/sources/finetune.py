@@ -1,6 +1,6 @@
 """Fine-tuning examples (data=hf with prompt/response pairs or chat messages): each example as pieces of text,
 each in the loss or not (`message_pieces`, `pair_pieces`), tokenized with the loss on the responses only
-(`encode_example`). No torch: the shards are written without it; harness.data.sources.windows reads them."""
+(`encode_example`). No torch: the shards are written without it; harness.data.sources.corpus_datamodule reads them."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ OWN = tuple({HARNESS, f"{Path(__file__).parents[2]}{os.sep}"})
 LIGHTNING = tuple(f"{Path(package.__file__).parent}{os.sep}" for package in (pl, lightning_fabric))
 #: whose copies are not the user's: the harness's own (held to none on quiet steps by its tests) and Lightning's
 NOT_USERS = (*OWN, *LIGHTNING)
-#: the harness's models: a library they call copies for the model, as a fork's would (harness.models.hf)
+#: the harness's models: a library they call copies for the model, as a fork's would (harness.models.hf_causal_lm)
 MODELS = tuple(f"{own}models{os.sep}" for own in OWN)
 #: how a library's copy is named: the library's line, then the line outside every library that called into it
 CALLED_FROM = ", called from "

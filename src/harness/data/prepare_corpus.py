@@ -253,11 +253,3 @@ def _tokenizer_meta(tokenizer, config: dict) -> dict:
         "config": config,
     }
 
-
-if (
-    __name__ == "__main__"
-):  # the command's earlier name: the command line's own (harness.cli.prepare) takes over
-    import os
-    import sys
-
-    os.execv(sys.executable, [sys.executable, "-m", "harness.cli.prepare", *sys.argv[1:]])

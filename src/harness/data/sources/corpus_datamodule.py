@@ -1,6 +1,6 @@
 """The datamodule of token shards (harness.data.shards), read through memory maps: data=corpus's language
 modelling on windows of `length + 1` tokens (training window i starts at a place drawn from (seed, i) alone;
-validation windows are fixed and do not overlap); data=hf's (harness.data.sources.hub) also fine-tunes on
+validation windows are fixed and do not overlap); data=hf's (harness.data.sources.hf_datamodule) also fine-tunes on
 examples padded one a row (`Padded`) or packed into windows that declare their documents (`Packed`)."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Padded(Dataset):
 
 
 class Packed(Windows):
-    """Windows of the examples packed end to end (harness.data.sources.windows), the loss on their responses
+    """Windows of the examples packed end to end (harness.data.sources.corpus_datamodule), the loss on their responses
     only, each window declaring its documents (`document_ids`, one example each) for `document_isolation`."""
 
     def __init__(self, loss, starts: np.ndarray, **windows):
@@ -124,7 +124,7 @@ class CorpusDataModule(DiskDataModule):
         self.dataset_dir: Path = self.corpus.dataset_dir
 
     def prepare_data(self) -> None:
-        """Tokenize the corpus into shards once (harness.data.prepare); a later call finds them and returns."""
+        """Tokenize the corpus into shards once (harness.data.prepare_corpus); a later call finds them and returns."""
         self.corpus.prepare()
 
     def setup(self, stage: str | None = None) -> None:
@@ -152,7 +152,7 @@ class CorpusDataModule(DiskDataModule):
         )
 
     def examples(self, store, meta: dict) -> tuple[Dataset, Dataset]:
-        """The two splits of fine-tuning shards (their `streams`): data=hf's (harness.data.sources.hub)."""
+        """The two splits of fine-tuning shards (their `streams`): data=hf's (harness.data.sources.hf_datamodule)."""
         raise ConfigError("data", str(self.dataset_dir), "holds fine-tuning examples: read them with data=hf")
 
     def unigram_entropy(self) -> float:

@@ -1,4 +1,4 @@
-"""data=hf's datamodule (`HFDataModule`): the dataset prepared into shards (harness.data.sources.windows), or,
+"""data=hf's datamodule (`HFDataModule`): the dataset prepared into shards (harness.data.sources.corpus_datamodule), or,
 with `streaming=true`, read as a stream (datasets' IterableDataset), for what does not fit on
 disk. Each rank reads its own share (datasets.distributed.split_dataset_by_node), each DataLoader worker its own
 shards; rows are tokenized as they come and cut into windows of `length + 1` tokens (language modelling) or one
@@ -15,10 +15,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from harness.data.sampler import _rank_and_world
 from harness.data.shards import TokenStore
-from harness.data.sources import hf
+from harness.data.sources import hf_shards as hf
 from harness.data.sources.finetune import chat_renderer, encode_example
-from harness.data.sources.hf import HFSource
-from harness.data.sources.windows import CorpusDataModule, Packed, Padded, Windows
+from harness.data.sources.hf_shards import HFSource
+from harness.data.sources.corpus_datamodule import CorpusDataModule, Packed, Padded, Windows
 from harness.errors import ConfigError
 
 #: rows a BPE is trained on when the dataset is a stream (tokenizer=bpe): the stream's first
@@ -216,7 +216,7 @@ def streamed(source, tokenizer_of, length: int, batch_size: int):
 
 
 class HFDataModule(CorpusDataModule):
-    """data=hf: any Hugging Face dataset (harness.data.sources.hf.HFSource's keys) for language modelling on
+    """data=hf: any Hugging Face dataset (harness.data.sources.hf_shards.HFSource's keys) for language modelling on
     windows, or fine-tuning on its responses, padded one example a row or packed (`packing`); prepared into
     shards, or read as a stream (`streaming`: StreamWindows)."""
 
@@ -237,13 +237,13 @@ class HFDataModule(CorpusDataModule):
         """Shards prepared once; a stream's BPE trained once on its first rows (stream.BPE_ROWS)."""
         if not self.streaming:
             return super().prepare_data()
-        from harness.data.prepare import _lock_held
+        from harness.data.prepare_corpus import _lock_held
 
         with _lock_held(self.corpus.corpus_dir.parent / f".{self.corpus.corpus_dir.name}.lock"):
             self._stream_tokenizer(lambda: self.corpus.texts(_stream_splits(self.corpus)[0].take(BPE_ROWS)))
 
     def _stream_tokenizer(self, texts):
-        from harness.data.prepare import build_tokenizer
+        from harness.data.prepare_corpus import build_tokenizer
 
         return build_tokenizer(
             self.corpus, texts=texts, alphabet=lambda: "".join(sorted(set("".join(texts()))))

@@ -117,8 +117,8 @@ class HFSource(Shards):
         self.dataset_dir = self.tokenizer_dir / "tokens"
 
     def prepare(self) -> Path:
-        """Tokenize the dataset into shards once (harness.data.prepare's lock and checks); later calls find them."""
-        from harness.data.prepare import prepare
+        """Tokenize the dataset into shards once (harness.data.prepare_corpus's lock and checks); later calls find them."""
+        from harness.data.prepare_corpus import prepare
 
         return prepare(self, write=_write)
 
@@ -311,7 +311,7 @@ def _encode(batch: dict, source: HFSource, tokenizer, render, bos: bool) -> dict
 def _write(source: HFSource) -> None:
     """Tokenize `source` with datasets' map (several processes, cached by its fingerprint), then write the
     splits' token streams into shards (train, then val) beside a meta.json, as data=corpus's are."""
-    from harness.data import prepare as preparing
+    from harness.data import prepare_corpus as preparing
 
     started, splits = time.perf_counter(), source.load()
     tokenizer = preparing.build_tokenizer(
