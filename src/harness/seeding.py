@@ -1,5 +1,6 @@
-"""Seeding every generator the harness uses (Python, NumPy, torch CPU and CUDA): `seed_all`, and their state
-taken and put back (`rng_state`, `set_rng_state`)."""
+"""Seeding every generator the harness uses (Python, NumPy, torch CPU and CUDA): `seed_all`; their state as a
+checkpoint holds it, comparable (`rng_state`, `set_rng_state`). Code that draws and puts back around itself uses
+Lightning's isolate_rng."""
 
 from __future__ import annotations
 

@@ -4,17 +4,19 @@ opens real runs' pages in a real browser)."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from harness.report.charts import png, thinned
 from harness.report.__main__ import main as report_main
+from harness.report.charts import BUCKETS, NO_VALUE, STOPS, _viridis, heat_map, png, thinned
 from harness.report.run_page import PAGE, marked, sentence, write_run_page
 from harness.report.summary import write_summary
 
@@ -211,11 +213,41 @@ def test_a_long_curve_is_thinned_keeping_its_spikes():
     assert kept[0] == (0, 1.0) and kept[-1] == (19_999, 1.0)  # the curve's ends
 
 
+def _decoded(img_tag_and_after: str) -> Image.Image:
+    """The picture of the first <img>'s data: URL in `img_tag_and_after`."""
+    source = re.search(r'src="data:image/png;base64,([^"]+)"', img_tag_and_after).group(1)
+    return Image.open(io.BytesIO(base64.b64decode(source)))
+
+
 def test_the_heat_maps_png_reads_back_with_an_imaging_library():
     pixels = [[(r * 40, c * 20, 7) for c in range(9)] for r in range(5)]
     image = Image.open(io.BytesIO(png(pixels)))
     assert image.size == (9, 5) and image.mode == "RGB"
     assert [image.getpixel((c, r)) for r in range(5) for c in range(9)] == [p for row in pixels for p in row]
+
+
+def test_the_pages_heat_map_decodes_to_one_row_a_parameter_colored_by_its_value(tmp_path):
+    """The real page's image: 12 parameters by 60 steps, parameter i's gradient norm 0.1 * (i + 1) at every step."""
+    html = write_run_page(run_dir(tmp_path, params=12)).read_text()
+    image = _decoded(html.split('<img alt="gradient norm by parameter"', 1)[1])
+    assert image.size == (60, 12) and image.mode == "RGB"
+    rows = [[image.getpixel((c, r)) for c in range(60)] for r in range(12)]
+    assert all(len(set(row)) == 1 for row in rows), "one value a parameter: one color a row"
+    assert rows[0][0] == STOPS[0] and rows[-1][0] == STOPS[-1]  # the smallest dark, the largest yellow
+    lo, hi = math.log10(0.1), math.log10(1.2)
+    expected = [_viridis((math.log10(0.1 * (i + 1)) - lo) / (hi - lo)) for i in range(12)]
+    assert [row[0] for row in rows] == expected
+
+
+def test_a_heat_map_cell_of_zero_or_no_value_is_grey_and_each_column_keeps_its_largest():
+    rows = [[1.0, None, 100.0, 10.0], [0.0, 10.0, 10.0, 10.0]]
+    image = _decoded(heat_map("g", ["a", "b"], [0, 1, 2, 3], rows))
+    assert [[image.getpixel((c, r)) for c in range(4)] for r in range(2)] == [
+        [STOPS[0], NO_VALUE, STOPS[-1], _viridis(0.5)],
+        [NO_VALUE, _viridis(0.5), _viridis(0.5), _viridis(0.5)],
+    ]
+    wide = _decoded(heat_map("g", ["a"], list(range(600)), [[1.0] * 599 + [100.0]]))
+    assert wide.size == (BUCKETS, 1) and wide.getpixel((BUCKETS - 1, 0)) == STOPS[-1]
 
 
 def test_every_picture_the_readme_and_docs_show_is_there():

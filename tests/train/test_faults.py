@@ -27,6 +27,18 @@ def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
     assert len(same) > 10 and any(k.startswith("train/") for row in same for k in row if row[k]), same[:3]
 
 
+def test_the_preflight_leaves_training_as_if_it_never_ran(make_config, tmp_path):
+    """The checks draw from and re-seed every global generator (the preflight's, and those run as training
+    starts): a run with them trains as one without them, dropout and shuffling included, bit for bit (mode=full:
+    overfit mode re-seeds at every step)."""
+    settings = [s for s in FULL if not s.startswith("preflight=")] + ["mode.max_steps=14"]
+    for preflight in ("warn", "false"):
+        run(make_config(*settings, f"preflight={preflight}", run_dir=tmp_path / preflight))
+    checked = metrics_but_the_clock(tmp_path / "warn")
+    assert checked == metrics_but_the_clock(tmp_path / "false"), checked[:3]
+    assert read_verdict(tmp_path / "warn")["checks"], "the preflight ran"
+
+
 @pytest.mark.parametrize("fused", [True, False], ids=["on-the-device", "on-the-host"])
 def test_nonfinite_names_its_step_and_module_and_skips_its_update(fused, make_config, tmp_path):
     """In-process (test_nonfinite_ends_an_overfit_run_with_its_verdict runs train.py itself, in test-slow). The

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from pytorch_lightning.utilities.seed import isolate_rng
 
 from harness.checks.at_start.after_sharding import meta_device_row
 from harness.checks.data.batch_format import sample_rows
 from harness.checks.data.reads import DataReads
 from harness.checks.result import FAIL, CheckResult
 from harness.data.batch import training_mode
-from harness.seeding import rng_state, set_rng_state
 from harness.signals import SIGNALS, Interrupted
 from harness.train.distributed.sharding import on_meta_device
 
@@ -209,7 +209,7 @@ def run_preflight(module, data, cfg) -> list[dict]:
     files = _preflight_files(cfg)
     plugin = PreflightPlugin(module.model, data, cfg)
     model = module.model
-    threads, generators = torch.get_num_threads(), rng_state()
+    threads = torch.get_num_threads()
     # a small model's tensors are tiny: more threads only spin, and on a busy CPU 100x slower
     if sum(p.numel() for p in model.parameters()) < SMALL:
         torch.set_num_threads(1)
@@ -223,8 +223,10 @@ def run_preflight(module, data, cfg) -> list[dict]:
         "/dev/null",
     ]
     try:
-        # whatever the checks switch, the model ends as it began
-        with training_mode(model, model.training):
+        # the checks draw and seed: training starts as if they never ran (isolate_rng puts the generators back
+        # on leaving, not past an exception: one out of here ends the run); whatever the checks switch, the model
+        # ends as it began
+        with isolate_rng(), training_mode(model, model.training):
             batch = plugin.shared_batch()
             # a batch no model can run is said by the data rows, not by a crash here; a model on the meta
             # device has nothing to run yet
@@ -234,7 +236,6 @@ def run_preflight(module, data, cfg) -> list[dict]:
                 code = pytest.main([*files, *arguments], plugins=[plugin])
     finally:
         torch.set_num_threads(threads)
-        set_rng_state(generators)  # the checks draw and seed: training starts as if they never ran
         plugin.reads.close()  # the workers of the fork's loaders the data checks read
     model.zero_grad(set_to_none=True)
     if caught:  # a signal ended the checks (harness.signals): the run stops with its verdict

@@ -9,7 +9,7 @@
     sweep_page.py        a sweep's report.html
     run_files.py         a run dir's files read back
     html.py              the pages' pieces
-    charts.py            the pages' charts, without matplotlib
+    charts.py            the pages' charts: SVG, and a PNG by Pillow
     optimized_metric.py  the number a search optimizes
 
 `SweepSummary` is imported when first asked for."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch.distributed as dist
+from pytorch_lightning.utilities.seed import isolate_rng
 
 from harness.checks.at_start.after_sharding import AFTER_SHARDING
 from harness.checks.at_start.precision import asked_dtype, precision
@@ -18,7 +19,6 @@ from harness.checks.data.batch_format import sample_rows
 from harness.checks.result import FAIL, CheckResult
 from harness.data.batch import to_device
 from harness.errors import PreflightFailed
-from harness.seeding import rng_state, set_rng_state
 from harness.train.distributed.sharding import on_meta, reshard
 
 log = logging.getLogger(__name__)
@@ -46,25 +46,27 @@ class StartChecks(pl.Callback):
         self.read_ranks = not shared_data
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        batch, generators = sample_rows(self.data), rng_state()
+        batch = sample_rows(self.data)
         if batch.unusable is not None:  # the data rows say what is wrong with it; the SKIP rows stay
             return
         model, rows = pl_module.model, []
         batch = to_device(batch, model)
         try:
-            if on_meta(self.cfg):
-                rows += [
-                    _timed_row(c.__name__, lambda c=c: c(model, batch, self.cfg)) for c in AFTER_SHARDING
-                ]
-            dtype, setting = asked_dtype(trainer)
-            context = trainer.precision_plugin.forward_context
-            rows.append(
-                _timed_row(
-                    "precision", lambda: precision(model, batch, pl_module.loss, context(), dtype, setting)
+            # the rows draw: training starts as if they never ran (an exception out of here ends the run)
+            with isolate_rng():
+                if on_meta(self.cfg):
+                    rows += [
+                        _timed_row(c.__name__, lambda c=c: c(model, batch, self.cfg)) for c in AFTER_SHARDING
+                    ]
+                dtype, setting = asked_dtype(trainer)
+                context = trainer.precision_plugin.forward_context
+                rows.append(
+                    _timed_row(
+                        "precision",
+                        lambda: precision(model, batch, pl_module.loss, context(), dtype, setting),
+                    )
                 )
-            )
         finally:
-            set_rng_state(generators)
             reshard(model)
         self.record(trainer, rows)
 

@@ -8,6 +8,7 @@ import contextlib
 from itertools import islice
 
 import torch
+from pytorch_lightning.utilities.seed import isolate_rng
 from torch.utils.data import (
     DataLoader,
     DistributedSampler,
@@ -21,7 +22,6 @@ from harness.checks.data.loaders import row_bytes, sampler_epochs
 from harness.checks.data.reads import DataReads, as_data_reads, copied_batch
 from harness.checks.result import FAIL, PASS, SKIP, CheckResult
 from harness.data.batch import indexable
-from harness.seeding import rng_state, set_rng_state
 
 #: what a changing validation costs, said in every FAIL
 COST = "the val loss and the validation examples the probes show change between validations"
@@ -79,11 +79,12 @@ def _rng_kept(loader):
         id(g): g for g in (getattr(o, "generator", None) for o in owners) if isinstance(g, torch.Generator)
     }
     states = [(g, g.get_state()) for g in own.values()]
-    start = rng_state()
     try:
-        yield
+        # training starts as if the row never read: a resumed run stays bit for bit (past an exception, which
+        # pytest makes the row's failure, the preflight's own isolate_rng puts the global generators back)
+        with isolate_rng():
+            yield
     finally:
-        set_rng_state(start)  # training starts as if the row never read: a resumed run stays bit for bit
         for generator, state in states:
             generator.set_state(state)
 
