@@ -12,7 +12,6 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -22,6 +21,7 @@ from torch.nn import functional as F
 
 from benchmarks import write
 from benchmarks.loop import StepClock, _Repeat
+from harness.config.groups.probes import Probes
 from harness.models import GPT
 from harness.probes import build_probes
 from harness.train.checkpoints import ResumeState
@@ -31,7 +31,6 @@ from harness.train.nonfinite import NonFiniteGuard
 TARGET = 1.05
 SIZE = dict(d_model=384, layers=6, heads=6)  # model.size=small
 VOCAB, SEQ, BATCH = 4096, 128, 4
-PROBES = Path(__file__).resolve().parents[1] / "conf" / "probes" / "default.yaml"
 
 
 @dataclass
@@ -192,7 +191,7 @@ def harness_step(steps: int, warmup: int = 2) -> float:
     torch.manual_seed(0)
     model = GPT(VOCAB, size="small", max_len=SEQ)
     clock = StepClock(warmup)
-    probes = build_probes(OmegaConf.load(PROBES), run_dir=None, data=Data(batch()), overfit=False)
+    probes = build_probes(OmegaConf.structured(Probes), run_dir=None, data=Data(batch()), overfit=False)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,

@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks import OUT, write
-from benchmarks.probes import BARE_TRAINER, CONF, INNER, Bench, RandomTokens, compare_hooks, timed_hooks
+from benchmarks.probes import BARE_TRAINER, INNER, Bench, RandomTokens, compare_hooks, timed_hooks
+from harness.config.groups.probes import Probes
 from harness.models import GPT
 from harness.probes import build_probes
 from harness.train.checkpoints import ResumeState
@@ -121,7 +122,7 @@ def kernels_a_step(variant: str) -> float:
     data = RandomTokens(KERNELS_MODEL["max_len"], BATCH, VOCAB)
     probes, loggers = [], [pl.loggers.CSVLogger(runs, name="", version="")]
     if variant.startswith("probes"):
-        conf = OmegaConf.load(CONF)
+        conf = OmegaConf.structured(Probes)  # probes=default: its yaml keeps no value of its own
         if variant == "probes_watch_period":
             conf.histograms.every = 10
         # mode=full's probes: the overfit-only ones do nothing there; no plots, nothing drawn at the end

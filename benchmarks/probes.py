@@ -29,7 +29,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 import pytorch_lightning as pl
@@ -38,6 +37,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from benchmarks import OUT, write
+from harness.config.groups.probes import Probes
 from harness.data.dataset import CharDataset
 from harness.data.tokenizer import CharTokenizer
 from harness.models import GPT, Transformer
@@ -46,8 +46,6 @@ from harness.train.checkpoints import ResumeState
 from harness.train.loggers import build_loggers
 from harness.train.module import HarnessModule, step_stats
 from harness.train.nonfinite import NonFiniteGuard
-
-CONF = Path(__file__).resolve().parents[1] / "conf" / "probes" / "default.yaml"
 
 
 class Reference(NamedTuple):
@@ -300,7 +298,7 @@ def probes_bench(
     loggers = build_loggers(OmegaConf.create({"name": "csv"}), runs)
     reference = MODELS[model_name]
     data = RandomTokens(reference.kwargs["max_len"], reference.batch_size, reference.vocab)
-    everything = OmegaConf.load(CONF)
+    everything = OmegaConf.structured(Probes)  # probes=default: its yaml keeps no value of its own
     probes = timed_hooks(build_probes(everything, run_dir=runs, data=data, overfit=True), clocks["probes"])
     lean, floor = [], []
     if (

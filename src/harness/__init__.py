@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 
+
 def exported(exports: dict[str, tuple[str, ...]]):
     """A package's `__getattr__` importing each name of `exports` (module -> the names it defines) when first asked
     for, so the package imports nothing heavy until then."""

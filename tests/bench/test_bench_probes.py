@@ -7,10 +7,10 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from benchmarks import __main__ as bench_main
-from tests.conftest import ROOT
 
 pytest.importorskip("harness.probes", reason="this project has no probes")
 from benchmarks.probes import CHUNK, INNER, WATCH_INNER, schedule  # noqa: E402 -- it imports the probes
+from harness.config.groups.probes import Probes  # noqa: E402
 
 PERIODS = (1, 10, 20, 50, 100)
 
@@ -41,7 +41,7 @@ def test_each_side_gets_an_equal_share_of_every_period_from_any_start(start):
 def test_every_default_period_divides_a_repetition():
     """A probe whose period does not divide INNER would fall on one side more often than on the other (the
     continuations' generate_every runs in mode=full only: the benchmark measures overfit mode's set)."""
-    probes = OmegaConf.load(ROOT / "conf" / "probes" / "default.yaml")
+    probes = OmegaConf.structured(Probes)  # probes=default: its yaml keeps no value of its own
     periods = {
         f"{name}.{key}": value
         for name, entry in probes.items()

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from harness.errors import ConfigError
 from harness.tasks.validate import validate
-from harness.train.rules import TRAINER_KEYS
+from harness.train.trainer_args import TRAINER_KEYS
 from tests.conftest import CONF, PROBES_OFF, train
 
 QUICK = ("preflight=false", *PROBES_OFF)
@@ -65,7 +65,7 @@ def test_build_trainer_sets_no_trainer_key_that_is_not_refused(make_config, tmp_
     # the defaults a trainer key replaces (enable_model_summary: test_enable_model_summary_works_both_ways)
     defaults = {"num_sanity_val_steps", "enable_model_summary"}
     unrefused = set(seen) - set(TRAINER_KEYS) - set(cfg.trainer) - defaults
-    assert not unrefused, f"build_trainer sets {unrefused}: add them to harness.train.rules.OWNED"
+    assert not unrefused, f"build_trainer sets {unrefused}: add them to harness.train.trainer_args.OWNED"
 
 
 def test_enable_model_summary_works_both_ways(make_config, tmp_path):

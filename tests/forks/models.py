@@ -165,3 +165,17 @@ class StackAtFit(pl.Callback):
             if pathlib.Path(f.filename).resolve().is_relative_to(package)
         ]
         pathlib.Path(os.environ["STACK_FILE"]).write_text("\n".join(frames) + "\n")
+
+
+class CountedGRU(GRU):
+    """A GRU that writes a line to $BUILDS_FILE each time it is built: how often the harness builds a fork's model,
+    and where (the door must build none)."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, layers: int = 1, vectorize: bool = True):
+        import os
+        import traceback
+
+        with open(os.environ["BUILDS_FILE"], "a") as f:
+            door = any("harness/cli/overrides.py" in frame.filename for frame in traceback.extract_stack())
+            f.write("door\n" if door else "run\n")
+        super().__init__(vocab_size, d_model, layers, vectorize)

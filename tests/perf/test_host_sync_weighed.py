@@ -19,6 +19,7 @@ from harness.errors import ConfigError
 from harness.models import HFCausalLM
 from harness.models.hf_causal_lm import CAUSAL_SDPA
 from harness.ops.loss import CrossEntropy
+from harness.tasks.validate import validate
 from harness.train.perf.copies import CopyCounter, library_of, shown_path, user_site
 from harness.train.perf.host_sync import HostSync, host_syncs, repeats_of
 from tests.conftest import PROBES_OFF, train
@@ -196,10 +197,11 @@ def test_the_users_own_copy_a_step_is_named_whatever_min_per_step_says():
     assert [(s.value, s.suggestion.startswith("keep the value on the device")) for s in found] == [(1, True)]
 
 
-def test_min_per_step_is_checked_at_the_door():
-    for bad in (0, -1, "2", True):
-        with pytest.raises(ConfigError, match=r"perf.symptoms.host_sync.min_per_step="):
-            HostSync(min_per_step=bad)
+def test_min_per_step_is_checked_at_the_door(make_config):
+    for bad in (0, -1, 0.5):
+        with pytest.raises(ConfigError, match=r"^perf.symptoms.host_sync.min_per_step=.*: must be >= 1"):
+            validate(make_config(f"perf.symptoms.host_sync.min_per_step={bad}"))
+    validate(make_config("perf.symptoms.host_sync.min_per_step=1.5"))
     assert HostSync(min_per_step=1.5).min_per_step == 1.5
 
 

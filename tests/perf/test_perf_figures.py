@@ -13,8 +13,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
 from torch.utils.data import DataLoader
 
+from harness.config.declare import check_declared
+from harness.config.groups.trainer import Perf
 from harness.data.dataset import CharDataset
 from harness.data.tokenizer import CharTokenizer
 from harness.errors import ConfigError
@@ -126,15 +129,13 @@ def test_the_config_builds_the_speed_or_nothing():
     assert isinstance(speed, Speed) and (speed.window, speed.peak_flops, speed.warmup) == (7, 1e12, 5)
     assert speed_callbacks(OmegaConf.create({"perf": {**node, "enabled": False}})) == []
     assert speed_callbacks(OmegaConf.create({"perf": None})) == []
-    for key, value in (
-        ("window", 0),
-        ("data_wait", 1.5),
-        ("peak_flops", -1),
-        ("warmup", -2),
-        ("window", "x"),
-    ):
+    # its ranges are its declaration's (harness.config.groups.trainer.Perf), held at the door
+    for key, value in (("window", 0), ("data_wait", 1.5), ("peak_flops", -1), ("warmup", -2)):
+        perf = OmegaConf.merge(OmegaConf.structured(Perf), {key: value})
         with pytest.raises(ConfigError, match=rf"^perf\.{key}={value}: "):
-            speed_callbacks(OmegaConf.create({"perf": {**node, key: value}}))
+            check_declared(OmegaConf.create({"perf": perf}))
+    with pytest.raises(ValidationError):  # a kind its type refuses, while composing
+        OmegaConf.merge(OmegaConf.structured(Perf), {"window": "x"})
 
 
 def test_a_page_without_speed_figures_says_so_and_one_with_them_draws_them(tmp_path):

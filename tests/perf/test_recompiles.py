@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from harness.errors import ConfigError
+from harness.tasks.validate import validate
 from harness.train.perf.copies import shown_path
 from harness.train.perf.recompiles import Recompiles, reason_of
 from harness.train.perf.watches import perf_callbacks
@@ -132,10 +133,11 @@ def test_the_config_builds_each_watch_it_enables_and_refuses_a_key_it_does_not_k
         ConfigError, match=r"perf.symptoms.host_sync.stepz=\[1\]: no such key; it takes steps, sites"
     ):
         watches("+perf.symptoms.host_sync.stepz=[1]")
-    with pytest.raises(ConfigError, match="perf.symptoms.recompiles.allowed=-1"):
-        watches("compile=true", "perf.symptoms.recompiles.allowed=-1")
-    with pytest.raises(ConfigError, match="perf.symptoms.straggler.patience=0"):
-        watches("perf.symptoms.straggler.patience=0")
+    # a watch's range is its declaration's (harness.config.groups.trainer), held at the door
+    with pytest.raises(ConfigError, match=r"^perf.symptoms.recompiles.allowed=-1: must be >= 0"):
+        validate(make_config("compile=true", "perf.symptoms.recompiles.allowed=-1"))
+    with pytest.raises(ConfigError, match=r"^perf.symptoms.straggler.patience=0: must be >= 1"):
+        validate(make_config("perf.symptoms.straggler.patience=0"))
 
 
 # --- train.py runs -----------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from pytorch_lightning.loggers import CSVLogger
 
 from examples.checks import eval_deterministic
@@ -25,12 +27,14 @@ from examples.probe import LogitScale
 from examples.twin import CausalConv
 from harness import checks
 from harness.checks import FAIL, PASS
+from harness.config import groups
+from harness.config.declare import check_declared
 from harness.data import FolderDataModule
 from harness.errors import ConfigError
 from harness.ops import Twin, max_difference, registered
 from harness.tasks.training import build, run
 from harness.train.module import HarnessModule
-from tests.conftest import PROBES_OFF, needs_probes
+from tests.conftest import CONF, PROBES_OFF, needs_probes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -314,3 +318,34 @@ def test_guide_names_only_what_exists():
     assert not [p for p in paths if not (ROOT / p).is_file()], paths
     defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), flags=re.MULTILINE))
     assert tests <= defined, tests - defined
+
+
+# -- (a) a fork's model declares its keys once ------------------------------------------------------------------
+
+
+@pytest.fixture
+def conv_declared(monkeypatch, tmp_path):
+    """conf/ plus a model=conv yaml that names its declaration, examples/model_keys.py listed in DECLARING."""
+    monkeypatch.setitem(groups.DECLARING, "examples.model_keys", ("model",))
+    groups.register(ConfigStore.instance())
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "conv.yaml").write_text(
+        "# a causal conv LM\ndefaults:\n  - conv_schema\n  - _self_\n"
+    )
+    return [f"hydra.searchpath=[file://{tmp_path}]", "model=conv"]
+
+
+def _composed(overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def test_a_fork_s_model_declares_its_keys_once_as_the_built_ins_do(conv_declared):
+    cfg = _composed(conv_declared)
+    assert cfg.model._target_ == "examples.model.ConvLM" and (cfg.model.kernel, cfg.model.d_model) == (4, 64)
+    check_declared(cfg)  # its own defaults are in range
+    with pytest.raises(ConfigError, match=r"^model\.kernel=0: must be >= 1; taps of each causal convolution"):
+        check_declared(_composed([*conv_declared, "model.kernel=0"]))
+    with pytest.raises(Exception, match="kernel"):  # the type, refused by Hydra as it composes
+        _composed([*conv_declared, "model.kernel=abc"])
+    assert _composed([*conv_declared, "+model.extra=1"]).model.extra == 1  # a new key still takes a +

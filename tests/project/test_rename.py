@@ -72,7 +72,10 @@ def test_no_reference_to_the_old_name_is_left(renamed):
         leftovers += [f"{path.relative_to(renamed)}: {m.group(0)!r}" for m in REFERENCES.finditer(text)]
     assert not leftovers, "\n".join(leftovers[:20])
     assert f'name = "{NEW}"' in (renamed / "pyproject.toml").read_text()
-    assert f"_target_: {NEW}.models.RNN" in (renamed / "conf" / "model" / "rnn.yaml").read_text()
+    assert (
+        f'_target_: str = "{NEW}.models.RNN"'
+        in (renamed / "src" / NEW / "config" / "groups" / "model.py").read_text()
+    )
     assert f"-m {NEW}.cli.prepare" in (renamed / "docs" / "configuration.md").read_text()
 
 

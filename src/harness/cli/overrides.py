@@ -1,5 +1,5 @@
-"""The door, `check_overrides`: every job's config composed, validated and trial-built before anything runs, its
-folders checked, no earlier run overwritten. A mistake is one `error:` line and exit 2, before the heavy imports."""
+"""The door, `check_overrides`: every job's config composed and validated before anything runs, each part's target
+checked against its signature (nothing built), its folders checked, no earlier run overwritten. A mistake is one `error:` line and exit 2, before the heavy imports."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
     from harness.config.explain import base_of, explain, grammar_error
     from harness.config.extras import check_plugins
     from harness.report.optimized_metric import search_class
-    from harness.tasks.try_build import as_a_job
+    from harness.tasks.targets import as_a_job
     from harness.train.distributed.devices import check_torchrun_launch
 
     args = hydra_args_parser().parse_args(argv)
@@ -54,10 +54,10 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         jobs = _checked_jobs(variants, searchpath, hydra_cfg, multirun, _job_config(first))
         cfg = jobs[-1][0]
         _check_folders(cfg, hydra_cfg, multirun)
-        # last, as it imports torch and Lightning: what every job builds, and the sweep's launcher
+        # last, as it imports torch and Lightning: the targets every job names, and the sweep's launcher
         launcher_base = _hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
         with as_a_job(first):
-            _try_building(jobs, launcher, launcher_base, hydra_overrides, multirun)
+            _check_targets(jobs, launcher, launcher_base, hydra_overrides, multirun)
     return search_class(hydra_cfg.sweeper, multirun) + _rank_args(hydra_overrides)
 
 
@@ -138,20 +138,22 @@ def _hydra_base(overrides: list[str], searchpath: list[str]):
         return None
 
 
-def _try_building(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
-    """Build what each job's config builds and, for a sweep, its launcher (harness.tasks.try_build); a refusal exits."""
+def _check_targets(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
+    """Each job's parts' targets against their signatures and, for a sweep, its launcher as its plugin makes it
+    (harness.tasks.targets); a refusal exits."""
     from harness.signals import Interrupted, received
-    from harness.tasks.try_build import launcher_trial, trial
-    from harness.train.distributed.devices import on_cluster
+    from harness.tasks.targets import check_launcher, check_targets
 
     try:
-        for cfg, base, given in jobs:
-            trial(cfg, base, given, devices=not on_cluster(launcher))
+        for cfg, _, _ in jobs:
+            check_targets(cfg)
         if multirun:
             given = [o.split("=")[0].lstrip("+~") for o in hydra_overrides]
-            launcher_trial(launcher, None if launcher_base is None else launcher_base.launcher, given)
+            check_launcher(launcher, None if launcher_base is None else launcher_base.launcher, given)
     except ConfigError as err:
-        if received() is not None:  # a signal that landed inside a library being built looks like its refusal
+        if (
+            received() is not None
+        ):  # a signal that landed inside a library being imported looks like its refusal
             raise Interrupted(received()) from None
         die(str(err), err)
 

@@ -1,6 +1,6 @@
 """`build`: a config node instantiated with a mistake turned into a one-line ConfigError naming the key (a _target_
-that cannot be imported, an argument it does not take, a value it refuses). `refused` names the key behind a
-library's refusal; `takes` says whether a target takes an argument."""
+that cannot be imported, an argument it does not take, a value it refuses); `check_target`: the same mistakes found
+without building. `refused` names the key behind a library's refusal; `takes` says whether a target takes one."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _one_line_message(err: BaseException) -> str:
     return first if len(first) <= QUOTED else first[: QUOTED - 3] + "..."
 
 
-def key_at_fault(node: DictConfig, base: DictConfig, order: list[str], attempt: Callable) -> str | None:
+def _key_at_fault(node: DictConfig, base: DictConfig, order: list[str], attempt: Callable) -> str | None:
     """The first key of `node` (those in `order` first) whose value differs from `base`'s (the config file's) and
     which, set back to it, lets `attempt(node)` succeed; None if none does."""
     names = [*(k for k in order if k in node), *(str(k) for k in node if str(k) not in order)]
@@ -93,7 +93,7 @@ def refused(
     library's words and the config file's value. `attempt(node)` builds a node again."""
     what, err = what or str(node.get("_target_") or key), _library_error(err)
     # the key that, set back to the file's value, makes the refusal go away; else the one the library's words name
-    name = key_at_fault(node, base, list(order), attempt) if attempt is not None else None
+    name = _key_at_fault(node, base, list(order), attempt) if attempt is not None else None
     if name is None:
         words = set(re.findall(r"\w+", str(err).lower()))
         name = next((str(k) for k in node if not str(k).startswith("_") and str(k).lower() in words), None)
@@ -192,6 +192,16 @@ def build(node: DictConfig, key: str, **kwargs):
     if isinstance(made, functools.partial):
         _refuse_argument(node, key, made.func, list(made.keywords))
     return made
+
+
+def check_target(node: DictConfig, key: str, passed: tuple[str, ...] = ()) -> None:
+    """That the node at `key` could be built, without building it: its `_target_` imports and takes each argument
+    the node gives (and `passed`, what its caller adds), read from its signature. A ConfigError names the key."""
+    try:
+        target = get_object(node._target_)
+    except Exception as err:  # a module path misspelled, or a module that fails as it imports
+        raise _not_imported(f"{key}._target_", node.get("_target_"), err) from None
+    _refuse_argument(node, key, target, [*(str(k) for k in node if not str(k).startswith("_")), *passed])
 
 
 def takes(node: DictConfig, name: str) -> bool:

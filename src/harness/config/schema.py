@@ -13,44 +13,59 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from harness.config.declare import key
+from harness.errors import ConfigError
+
 
 @dataclass
 class Regime:
     """What every training regime sets: how long, how often."""
 
-    name: str = "overfit"
-    max_steps: int = 1000
-    val_every: int = 100
-    log_every: int = 1
-    progress_bar: bool = False
+    name: str = key("overfit", "the mode this regime is (mode=overfit)")
+    max_steps: int = key(1000, "the step budget", low=1, whole=True)
+    val_every: int = key(100, "steps between validations", low=1, whole=True)
+    log_every: int = key(1, "steps between logged rows", low=1, whole=True)
+    progress_bar: bool = key(False, "Lightning's progress bar (callbacks=rich for Rich's)")
 
 
 @dataclass
 class Overfit(Regime):
     """mode=overfit: memorize n examples, judged PASS or FAIL."""
 
-    name: str = "overfit"
-    target_loss: float = 0.02
-    reseed: bool = True
+    name: str = key("overfit", "the mode this regime is")
+    target_loss: float = key(0.02, "the loss above the floor that counts as memorized", low=0.0)
+    reseed: bool = key(True, "re-seed every training and validation step with `seed` (practice P3)")
 
 
 @dataclass
 class Full(Regime):
     """mode=full: real training, validation and checkpoints, DONE when its steps are."""
 
-    name: str = "full"
-    max_steps: int = 2000
-    ckpt_every: int = 100
+    name: str = key("full", "the mode this regime is")
+    max_steps: int = key(2000, "optimizer steps", low=1, whole=True)
+    val_every: int = key(
+        200, "steps between validations (fewer max_steps never validate: the door warns)", low=1, whole=True
+    )
+    ckpt_every: int = key(
+        100,
+        "steps between saves of checkpoints/last.ckpt (a hard kill loses at most these)",
+        low=1,
+        whole=True,
+    )
+    log_every: int = key(10, "steps between logged rows", low=1, whole=True)
+    progress_bar: bool = key(True, "Lightning's progress bar")
 
 
 @dataclass
 class Eval:
     """mode=eval (or eval.py): a checkpoint measured, no training."""
 
-    name: str = "eval"
-    samples: int = 3  # continuations written to eval.json
-    new_tokens: int = 32  # tokens each continuation adds
-    temperature: float = 0.8  # the sampled continuation's (the other is greedy)
+    name: str = key("eval", "the mode: a checkpoint measured")
+    samples: int = key(
+        3, "validation examples continued in eval.json: the first half is the prompt", low=0, whole=True
+    )
+    new_tokens: int = key(32, "tokens each continuation adds", low=1, whole=True)
+    temperature: float = key(0.8, "the sampled continuation's temperature (the other is greedy)", low=0.0)
 
 
 #: every mode: its typed config, and the class that runs it (a training regime; eval is a task of its own,
@@ -66,25 +81,61 @@ MODES = {
 class Watchdog:
     """When a run on several processes names a rank that died or stopped (harness.train.distributed.watchdog)."""
 
-    stall_s: float = 300.0  # no rank moved on this long while one waits: the ones behind are named
-    silent_s: float = (
-        10.0  # a rank whose heartbeat stopped this long is the one stopped (or frozen in C code)
+    stall_s: float = key(
+        300.0, "seconds of no step on any rank that make a stall; the ones behind are named", low=0.1
     )
-    beat_s: float = 1.0  # each rank's heartbeat, and each look at the others'
+    silent_s: float = key(
+        10.0, "seconds of no heartbeat that name a rank stopped (or frozen in C code)", low=0.1
+    )
+    beat_s: float = key(1.0, "seconds between a rank's heartbeats, and each look at the others'", low=0.05)
+
+    @staticmethod
+    def rules(node, cfg) -> None:
+        """A rank is silent only after three missed beats, and a stall lasts at least that long."""
+        if node.silent_s < 3 * node.beat_s:
+            raise ConfigError(
+                "watchdog.silent_s",
+                node.silent_s,
+                f"must be at least 3 beats (watchdog.beat_s={node.beat_s}): a rank is silent once it missed three",
+            )
+        if node.stall_s < node.silent_s:
+            raise ConfigError(
+                "watchdog.stall_s",
+                node.stall_s,
+                f"must be at least watchdog.silent_s={node.silent_s}: a stalled rank is named after both",
+            )
 
 
 @dataclass
 class Train:
     """conf/train.yaml's top level."""
 
-    seed: int = 0
-    n: int = 2
-    preflight: Any = True  # true | false | warn: a union OmegaConf cannot type, checked in validate
-    ckpt_path: str | None = None
-    compile: Any = False  # true | false | a torch.compile backend name
-    flush_denormal: bool = True
-    tags: list[str] = field(default_factory=list)  # given to every tracker
-    optimized_metric: str | None = None  # what a sweep's job returns (harness.report.optimized_metric)
+    seed: int = key(
+        0, "seeds python, numpy and torch; overfit mode re-seeds every step with it", low=0, whole=True
+    )
+    n: int = key(
+        2,
+        "examples to overfit (mode=overfit): the first n of the training split, one batch",
+        low=1,
+        whole=True,
+    )
+    # true | false | warn: a union OmegaConf cannot type, held to its choices
+    preflight: Any = key(
+        True,
+        "true: stop on any FAIL (exit 3) | warn: report and go on | false: skip",
+        choices=(True, False, "warn"),
+    )
+    ckpt_path: str | None = key(
+        None, "mode=full: a checkpoint to resume from (last: the run dir's last.ckpt)"
+    )
+    compile: Any = key(False, "true: torch.compile the training step | false | a torch.compile backend name")
+    flush_denormal: bool = key(
+        True, "CPU: treat subnormal floats as 0 (they can slow a small model's step 50x)"
+    )
+    tags: list[str] = key([], "labels for this run, given to every tracker: tags=[baseline,lr-sweep]")
+    optimized_metric: str | None = key(
+        None, "what a hyperparameter search optimizes (harness.report.optimized_metric)"
+    )
     loss: Any = None  # conf/loss/: the training objective (harness.ops.loss)
     optim: Any = None
     schedule: Any = None
@@ -106,7 +157,10 @@ class Train:
 def register() -> None:
     """Store `train_schema` and a `mode/<mode>_schema` per mode in Hydra's ConfigStore. Idempotent; called as Hydra
     starts (hydra_plugins.harness_schema)."""
+    from harness.config.groups import register as register_groups
+
     store = ConfigStore.instance()
     store.store(name="train_schema", node=Train)
+    register_groups(store)
     for name, (schema, _) in MODES.items():
         store.store(group="mode", name=f"{name}_schema", node=schema)

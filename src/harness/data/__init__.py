@@ -8,7 +8,7 @@ for.
     sampler.py     shuffling a checkpoint resumes mid-epoch
     sources/       the built-in datamodules (data=hf: any Hugging Face dataset, fine-tuning too)
     shards.py      a corpus's token shards;   prepare_corpus.py   making them (no torch)
-    integrity.py   whether a prepared corpus is complete;   rules.py   the data keys' ranges"""
+    integrity.py   whether a prepared corpus is complete"""
 
 from __future__ import annotations
 

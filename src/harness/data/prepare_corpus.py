@@ -252,4 +252,3 @@ def _tokenizer_meta(tokenizer, config: dict) -> dict:
         "alphabet": getattr(tokenizer, "alphabet", None),
         "config": config,
     }
-

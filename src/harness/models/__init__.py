@@ -4,7 +4,8 @@ transformer.py   the small transformer (the default)
 recurrent.py     RNN and LSTM
 gpt.py           a real GPT, tiny to GPT-2 small
 hf_causal_lm.py  any Hugging Face causal LM architecture, random init
-rules.py         the ranges of their keys (read without torch)"""
+
+Their keys are declared in harness.config.groups.model."""
 
 from __future__ import annotations
 

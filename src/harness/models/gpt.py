@@ -11,12 +11,8 @@ from einops import einsum, rearrange
 from torch import nn
 from torch.nn import functional as F
 
+from harness.config.groups.model import POSITIONS, SIZES
 from harness.errors import ConfigError
-
-#: model.size -> (d_model, layers, heads). Parameters outside the embeddings: 0.8M, 10.6M, 85M; in all, with a
-#: 4096-token BPE and 256 positions: 1.35M, 12.3M; gpt2 with GPT-2's 50257 tokens and 1024 positions: 124.4M
-SIZES = {"tiny": (128, 4, 4), "small": (384, 6, 6), "gpt2": (768, 12, 12)}
-POSITIONS = ("learned", "rope")
 
 
 def rotary_angles(time: int, dim: int, device: torch.device, base: float = 10000.0) -> tuple:

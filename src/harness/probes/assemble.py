@@ -10,6 +10,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import build
+from harness.config.groups.probes import MODES
 from harness.errors import ConfigError
 from harness.probes.probe import Probe, RunInfo
 from harness.probes.probeset import ProbeSet, undispatchable_overrides
@@ -20,8 +21,6 @@ log = logging.getLogger(__name__)
 SETTINGS = ("enabled", "plots", "wandb_watch", "extra")
 #: keys of an entry that the builder reads, not passed to the probe
 BUILDER_KEYS = ("full", "enabled")
-#: an argument may be given per mode, `{overfit: A, full: B}`: short overfit runs can afford a denser reading
-MODES = ("overfit", "full")
 
 
 def from_config(run_dir: Path, data, overfit: bool, loss=None, **sections) -> list[pl.Callback]:

@@ -1,5 +1,6 @@
 """What every probe is: `Probe`, a callback with a period (`every`, `due`), bound by its ProbeSet to the run
-(`RunInfo`) and the metric sink; `checked_whole_number` checks an argument."""
+(`RunInfo`) and the metric sink; `checked_declared` checks a built-in probe's argument by its declaration
+(harness.config.groups.probes)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from harness.config.declare import declared_fields
 from harness.errors import ConfigError
 from harness.ops.loss import CrossEntropy, Loss
 from harness.probes.sink import MetricSink
@@ -22,13 +24,27 @@ def due(step: int, every: int | None) -> bool:
     return every is not None and step % every == 0
 
 
-def checked_whole_number(name: str, value, minimum: int, hint: str, optional: bool = False):
+def _checked_whole_number(name: str, value, minimum: int, hint: str, optional: bool = False):
     """`value` if a whole number >= `minimum` (or None, `optional`), else a ConfigError naming argument
     `name`."""
     if optional and value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(name, value, f"must be a whole number >= {minimum}{' or null' * optional}; {hint}")
+    return value
+
+
+def checked_declared(keys, name: str, value, optional: bool = False):
+    """`value` if within the range the declaration class `keys` gives its key `name` (the door checks the same
+    declaration), or None with `optional`; else a ConfigError naming argument `name`."""
+    item = next(i for i in declared_fields(keys) if i.name == name)
+    hint = f"{item.doc} (try {'null' if item.default is None else item.default})"
+    if item.whole:
+        return _checked_whole_number(name, value, int(item.low), hint, optional)
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= item.low:
+        raise ConfigError(name, value, f"must be a number >= {item.low}{' or null' * optional}; {hint}")
     return value
 
 
@@ -65,7 +81,9 @@ class Probe(pl.Callback):
     `verdict_items()`."""
 
     def __init__(self, every: int | None = 1):
-        self.every = checked_whole_number("every", every, 1, "steps between two logs (try 10)", optional=True)
+        self.every = _checked_whole_number(
+            "every", every, 1, "steps between two logs (try 10)", optional=True
+        )
         self.run = RunInfo()
         self._sink: MetricSink | None = None
 

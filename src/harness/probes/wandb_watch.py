@@ -7,7 +7,8 @@ import logging
 
 from pytorch_lightning.loggers import WandbLogger
 
-from harness.probes.probe import Probe, checked_whole_number, off_when_sharded
+from harness.config.groups.probes import WatchKeys
+from harness.probes.probe import Probe, checked_declared, off_when_sharded
 
 log = logging.getLogger(__name__)
 
@@ -16,9 +17,7 @@ class WandbWatch(Probe):
     """Calls wandb.watch(model, log=`log`, log_freq=`every`) at fit start where wandb logs (else warns)."""
 
     def __init__(self, every: int = 10, log: str = "all"):
-        super().__init__(
-            checked_whole_number("every", every, 1, "wandb.watch's log_freq, steps between two logs (try 10)")
-        )
+        super().__init__(checked_declared(WatchKeys, "every", every))
         self.log = log
         self.watched = None
 

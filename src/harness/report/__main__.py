@@ -2,7 +2,6 @@
 rebuilt, a signal ending it in one line. A run dir holds verdict.json or .hydra/, a sweep dir job dirs; a folder
 that is neither is one line, exit 2."""
 
-
 from __future__ import annotations
 
 import sys

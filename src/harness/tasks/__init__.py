@@ -6,4 +6,4 @@ rank_lost.py  a training run that lost a rank
 evaluate.py   the mode=eval task
 doctor.py     the experiment=doctor task
 validate.py   `validate`: every rule of a config
-try_build.py  what a config builds, built once at the door"""
+targets.py    each part's target held to its signature at the door, nothing built"""

@@ -1,6 +1,6 @@
-"""`validate`, the one entry to a config's rules: each part's own (harness.data.rules, harness.models.rules,
-harness.train.rules, ...) run from here, and the rules across parts that a type cannot say (RANGES, files, keys
-that depend on each other). `check_types` checks the kinds of values the command line gave."""
+"""`validate`, the one entry to a config's rules: every declaration's ranges and rules (harness.config.declare), the
+trainer's (harness.train.trainer_args), and the rules across parts no declaration holds (files, keys that depend on
+each other). `check_types` checks the kinds of values the command line gave to undeclared keys."""
 
 # Hydra refuses a misspelled key, an unknown option and a wrong type while composing (harness.config.schema). The
 # command line validates each job's config once (harness.cli.overrides); `run` called from code validates it all.
@@ -11,18 +11,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from harness.config.declare import check_declared
 from harness.config.explain import KIND_WORDS, value_kind
 from harness.config.extras import check_extras
 from harness.config.schema import MODES
-from harness.data import rules as data_rules
 from harness.errors import ConfigError
-from harness.models import rules as model_rules
 from harness.report import optimized_metric
-from harness.train import rules as train_rules
+from harness.train import trainer_args
 from harness.train.distributed import devices as device_rules
 
-#: every part's keys with a range, from the parts' own tables: key -> (smallest, whole number?, why)
-RANGES = {**data_rules.RANGES, **model_rules.RANGES, **train_rules.RANGES}
 #: keys whose default is a number but that take other kinds too (Lightning's devices: "auto", "0,1", [0, 1])
 ALSO = {"trainer.devices": ("str", "list")}
 #: the `+flag=true` switches the harness reads
@@ -108,19 +105,6 @@ def check_types(cfg: DictConfig, base: DictConfig, keys: list[str]) -> None:
         )
 
 
-def _check_ranges(cfg: DictConfig) -> None:
-    """Refuse a value of a RANGES key outside its range."""
-    for key, (low, whole, why) in RANGES.items():
-        value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        if value is None or (isinstance(value, str) and value.startswith("${")):
-            continue
-        if value_kind(value) != "number" or (whole and not float(value).is_integer()):
-            noun = "a whole number" if whole else "a number"
-            raise ConfigError(key, value, f"must be {noun}; {why}")
-        if value < low:
-            raise ConfigError(key, value, f"must be >= {low}; {why}")
-
-
 def _check_flags(cfg: DictConfig) -> None:
     """Refuse a FLAGS switch that is not true or false."""
     for name in FLAGS:
@@ -167,15 +151,9 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
     for key in _missing_keys(cfg):
         if not key.startswith("hydra"):
             raise ConfigError(key, "???", f"required: give it on the command line, e.g. {key}=...")
-    _whole_number(cfg, "n", 1, "n is the number of examples to overfit (try n=1)")
-    _whole_number(cfg, "seed", 0, "seed seeds every random generator (try seed=0)")
     _whole_number(
         cfg, "data.length", 1, "data.length is the number of tokens an example holds (try data.length=32)"
     )
-    if cfg.preflight not in (True, False, "warn"):
-        raise ConfigError(
-            "preflight", cfg.preflight, "choose true (stop on FAIL), warn (report, go on) or false (skip)"
-        )
     if cfg.mode.name not in MODES:
         raise ConfigError("mode.name", cfg.mode.name, f"choose one of {', '.join(MODES)}")
     _check_files(cfg)
@@ -183,9 +161,9 @@ def validate(cfg: DictConfig, devices: bool = True) -> None:
         cfg
     )  # before a part that needs an extra is built: an ImportError after the preflight is late
     _check_across(cfg)
-    _check_ranges(cfg)
+    check_declared(cfg)
     _check_flags(cfg)
-    train_rules.check(cfg)
+    trainer_args.check(cfg)
     device_rules.processes(
         cfg.trainer
     )  # trainer.devices is a count, a list of ids or auto, wherever the job runs

@@ -11,6 +11,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from harness.config.groups.optim import check_schedule
 from harness.train.distributed.shard_sums import any_sharded
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,28 @@ def parameter_groups(model: nn.Module) -> list[dict]:
 def optimizer_and_schedule(
     optimizer: Callable, schedule: Callable | None, model: nn.Module, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler | None]:
-    """The `optim` config's optimizer over `model`'s groups, and the `schedule` config's scheduler (or None)."""
-    made = optimizer(parameter_groups(model))
+    """The `optim` config's optimizer over `model`'s groups, and the `schedule` config's scheduler (or None). A value
+    the optimizer or the schedule refuses as it is made is a ConfigError naming its key."""
+    made = _made("optim", optimizer, parameter_groups(model))
     unfused_where_sharded(made)
-    return made, None if schedule is None else schedule(made, total_steps=total_steps)
+    return made, None if schedule is None else _made("schedule", schedule, made, total_steps=total_steps)
+
+
+def _made(key: str, make: Callable, *args, **kwargs):
+    """`make(*args, **kwargs)`, a partial of the config node at `key`; its library's refusal a one-line error."""
+    try:
+        return make(*args, **kwargs)
+    except (ValueError, TypeError) as err:
+        if not isinstance(make, partial):
+            raise
+        from omegaconf import OmegaConf
+
+        from harness.config.build import refused
+
+        node = OmegaConf.create(
+            {"_target_": f"{make.func.__module__}.{make.func.__qualname__}", **make.keywords}
+        )
+        raise refused(err, key, node) from None
 
 
 def unfused_where_sharded(optimizer: torch.optim.Optimizer) -> None:
@@ -80,8 +99,6 @@ def schedule(
     min_lr: float | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over `multiplier`; `min_lr` (absolute) ends cosine and linear, None: a tenth of the peak."""
-    from harness.train.rules import check_schedule
-
     peak = optimizer.param_groups[0]["lr"]
     check_schedule(shape, warmup_steps, min_lr, peak)
     floor = 0.1 if min_lr is None else (min_lr / peak if peak else 0.0)

@@ -1,5 +1,5 @@
 """The Lightning Trainer and callbacks as the config builds them: `build_trainer` (rules.OWNED's arguments,
-then every trainer.NAME), `build_callbacks`, `given_arguments`."""
+then every trainer.NAME), `build_callbacks`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import build
 from harness.config.build import refused
 from harness.errors import ConfigError
-from harness.train.rules import harness_trainer_args
+from harness.train.trainer_args import harness_trainer_args
 
 
-def given_arguments(trainer: DictConfig) -> dict:
+def _given_arguments(trainer: DictConfig) -> dict:
     """The Trainer arguments the trainer node gives (a `_target_` built), over num_sanity_val_steps=0."""
     given = {"num_sanity_val_steps": 0}
     for key, value in trainer.items():
@@ -40,7 +40,7 @@ def build_trainer(
     summary = any(isinstance(c, pl.callbacks.ModelSummary) for c in callbacks)
 
     def attempt(trainer: DictConfig) -> pl.Trainer:
-        arguments = given_arguments(trainer)
+        arguments = _given_arguments(trainer)
         arguments.setdefault("enable_model_summary", summary)
         return pl.Trainer(**harness_sets, **arguments)
 

@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from harness.data.rules import held_out_fraction
+from harness.config.groups.data import held_out_fraction
 from harness.data.shards import UNREADABLE, NotText, parquet_file
 from harness.data.tokenizer import END_OF_TEXT, CharTokenizer, HFTokenizer, load_hf, tokenizer_config
 from harness.errors import ConfigError

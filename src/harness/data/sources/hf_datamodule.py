@@ -13,12 +13,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from harness.config.groups.data import stream_padded
 from harness.data.sampler import _rank_and_world
 from harness.data.shards import TokenStore
 from harness.data.sources import hf_shards as hf
+from harness.data.sources.corpus_datamodule import CorpusDataModule, Packed, Padded, Windows
 from harness.data.sources.finetune import chat_renderer, encode_example
 from harness.data.sources.hf_shards import HFSource
-from harness.data.sources.corpus_datamodule import CorpusDataModule, Packed, Padded, Windows
 from harness.errors import ConfigError
 
 #: rows a BPE is trained on when the dataset is a stream (tokenizer=bpe): the stream's first
@@ -226,10 +227,7 @@ class HFDataModule(CorpusDataModule):
         for key, value in (("packing", packing), ("streaming", streaming)):
             if not isinstance(value, bool):
                 raise ConfigError(f"data.{key}", value, "must be true or false")
-        if streaming and packing:
-            raise ConfigError(
-                "data.packing", packing, "a stream is fine-tuned padded: set data.packing=false"
-            )
+        stream_padded(packing, streaming)
         super().__init__(length=length, **keys)
         self.packing, self.streaming = packing, streaming
 

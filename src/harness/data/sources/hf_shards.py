@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.config.groups.data import held_out_fraction, tuning_fields
 from harness.data import shards
-from harness.data.rules import held_out_fraction
 from harness.data.sources.corpus import Shards
 from harness.data.sources.finetune import chat_renderer, encode_example, message_pieces, pair_pieces
 from harness.data.tokenizer import tokenizer_config
@@ -248,14 +248,7 @@ class HFSource(Shards):
 
 def _fields(text: str, prompt: str | None, response: str | None, messages: str | None) -> dict:
     """The fields an example is read from, by role: messages, a prompt and its response, or a text."""
-    if (prompt is None) != (response is None):
-        raise ConfigError(
-            "data.response_field" if response is None else "data.prompt_field",
-            None,
-            "fine-tuning on pairs needs both data.prompt_field and data.response_field",
-        )
-    if messages and prompt:
-        raise ConfigError("data.messages_field", messages, "give it or the prompt/response fields, not both")
+    tuning_fields(prompt, response, messages)
     if messages:
         return {"messages": messages}
     return {"prompt": prompt, "response": response} if prompt else {"text": text}

@@ -8,12 +8,12 @@ import logging
 import random
 from pathlib import Path
 
+from harness.config.groups.data import RULES, synthetic_tokens
 from harness.data.dataset import DiskDataModule
 from harness.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-RULES = ("random", "first_token")
 #: tokens a second that generating, writing and reading back a dataset reached on one busy core (measured:
 #: 12M tokens in 6.4 s), and the memory a token took at the peak (420 MB for those 12M)
 TOKENS_PER_S, BYTES_PER_TOKEN = 1_500_000, 40
@@ -82,15 +82,7 @@ class SyntheticDataModule(DiskDataModule):
                 size if size < 1 else val_size,
                 "a split needs at least 1 example",
             )
-        for key, tokens in (("data.alphabet", alphabet), ("data.labels", labels)):
-            if not isinstance(tokens, str) or not tokens:
-                raise ConfigError(
-                    key, repr(tokens), "must be a non-empty string of characters (try the default)"
-                )
-        if set(alphabet) & set(labels) or len(set(alphabet + labels)) != len(alphabet + labels):
-            raise ConfigError(
-                "data.labels", labels, "label tokens must be distinct from each other and from data.alphabet"
-            )
+        synthetic_tokens(alphabet, labels)
         _check_size(length, size + val_size)
         self.size, self.val_size, self.rule = size, val_size, rule
         self.alphabet, self.labels, self.seed = alphabet, labels, seed

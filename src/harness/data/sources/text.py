@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from harness.config.groups.data import held_out_fraction
 from harness.data.dataset import DiskDataModule
 from harness.data.format import excerpt
-from harness.data.rules import held_out_fraction
 from harness.errors import ConfigError
 
 

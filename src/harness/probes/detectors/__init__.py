@@ -1,5 +1,5 @@
 """The symptom detectors: the Symptoms probe reads the sink's rows and the loss and reports what a person
-would spot in the charts; thresholds: conf/probes/default.yaml.
+would spot in the charts; thresholds: harness.config.groups.probes.
 
     symptoms_probe.py   Symptoms;   detector.py   Limits, Streaks
     gradient_health.py  exploding_gradients, vanishing_gradients, update_ratio

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from harness.errors import ConfigError
-from harness.probes.probe import checked_whole_number
+from harness.config.groups.probes import ABOVE_ZERO, SymptomsKeys, check_above_zero
+from harness.probes.probe import checked_declared
 
 #: the running medians the loss and gradient rules compare against: this many latest values
 RUNNING = 20
@@ -25,8 +25,8 @@ class Streaks:
 
 @dataclass
 class Limits:
-    """Every threshold and window of the detectors: the Symptoms probe's keyword arguments
-    (conf/probes/default.yaml)."""
+    """Every threshold and window of the detectors: the Symptoms probe's keyword arguments (declared, with
+    their ranges, in harness.config.groups.probes: `SymptomsKeys`)."""
 
     window: int = 100
     patience: int = 3
@@ -51,20 +51,10 @@ class Limits:
     ratio_low: float = 1e-6
 
     def __post_init__(self):
-        checked_whole_number("window", self.window, 2, "steps the loss rules look back over (try 100)")
-        checked_whole_number("patience", self.patience, 1, "readings in a row before a symptom (try 3)")
-        checked_whole_number("spikes", self.spikes, 1, "spikes within the window that make a symptom (try 2)")
-        checked_whole_number(
-            "spike_stay", self.spike_stay, 1, "steps in a row a spike lasts to be one (try 8)"
-        )
-        checked_whole_number(
-            "diverge_stay", self.diverge_stay, 1, "steps in a row the loss climbs to diverge (try 20)"
-        )
-        rise = self.diverge_rise  # 0 would name a flat loss's noise; nan, nothing
-        if isinstance(rise, bool) or not isinstance(rise, int | float) or not rise > 0:
-            raise ConfigError(
-                "diverge_rise", rise, "must be a number > 0, a fraction of the initial loss (try 0.5)"
-            )
+        for name in ("window", "patience", "spikes", "spike_stay", "diverge_stay"):
+            checked_declared(SymptomsKeys, name, getattr(self, name))
+        for name in ABOVE_ZERO:
+            check_above_zero(name, getattr(self, name))
 
 
 def field_names_text(kind) -> str:

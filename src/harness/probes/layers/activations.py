@@ -19,7 +19,7 @@ from harness.probes.probe import Probe
 log = logging.getLogger(__name__)
 
 # Hooks and the function-call mode live from a logging step's start to its backward only: the training forward,
-# not the probes' own (this entry comes after theirs in conf/probes/default.yaml). One transfer at the step's end;
+# not the probes' own (this entry comes after theirs in harness.config.groups.probes). One transfer at the step's end;
 # no float32 copy of an output (a bf16 logits tensor is a step's largest): float32 accumulators, one bool tensor.
 
 #: class-name patterns (case-insensitive, searched) of the nonlinearities each statistic is taken after

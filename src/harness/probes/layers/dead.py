@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.errors import ConfigError
+from harness.config.groups.probes import DeadKeys
 from harness.probes.layers.norms import find_guard, gradient_norms, parameter_names
-from harness.probes.probe import Probe, checked_whole_number
+from harness.probes.probe import Probe, checked_declared
 from harness.report.symptoms import Symptom
 from harness.train.distributed.shard_sums import any_sharded, local
 from harness.train.nonfinite import NonFiniteGuard
@@ -26,14 +26,8 @@ class DeadGradients(Probe):
 
     def __init__(self, every: int | None = 1, patience: int = 10, threshold: float | None = None):
         super().__init__(every)
-        self.patience = checked_whole_number(
-            "patience", patience, 1, "steps in a row before a gradient counts as dead (try 10)"
-        )
-        if threshold is not None and (
-            isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0
-        ):
-            raise ConfigError("threshold", threshold, "must be a number >= 0, or null for the dtype's own")
-        self.threshold = threshold
+        self.patience = checked_declared(DeadKeys, "patience", patience)
+        self.threshold = checked_declared(DeadKeys, "threshold", threshold, optional=True)
         self.dead_params: list[str] = []
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None

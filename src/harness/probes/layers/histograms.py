@@ -8,8 +8,9 @@ import math
 import torch
 from einops import rearrange
 
+from harness.config.groups.probes import HistogramsKeys
 from harness.probes.layers.norms import parameter_names
-from harness.probes.probe import Probe, checked_whole_number
+from harness.probes.probe import Probe, checked_declared
 from harness.probes.trackers import has_tracker, log_histograms
 from harness.train.distributed.shard_sums import any_sharded, gathered, local, reduce, square_sums, sum_dtype
 
@@ -103,7 +104,7 @@ class Histograms(Probe):
 
     def __init__(self, every: int | None = 100, bins: int = 64):
         super().__init__(every)
-        self.bins = checked_whole_number("bins", bins, 1, "buckets per histogram (try 64)")
+        self.bins = checked_declared(HistogramsKeys, "bins", bins)
         self.named: list = []
         self.sharded = False
 

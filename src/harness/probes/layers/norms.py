@@ -9,7 +9,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from harness.probes.probe import Probe, checked_whole_number, due
+from harness.config.groups.probes import NormsKeys
+from harness.probes.probe import Probe, checked_declared, due
 from harness.train.distributed.shard_sums import (
     any_sharded,
     local,
@@ -62,10 +63,8 @@ class ParameterNorms(Probe):
 
     def __init__(self, every: int | None = 1, ratio_every: int | None = 20, weight_every: int | None = 20):
         super().__init__(every)
-        hint = "steps between update ratios (try 20)"
-        self.ratio_every = checked_whole_number("ratio_every", ratio_every, 1, hint, optional=True)
-        hint = "steps between weight norms (try 20; 1 for every step)"
-        self.weight_every = checked_whole_number("weight_every", weight_every, 1, hint, optional=True)
+        self.ratio_every = checked_declared(NormsKeys, "ratio_every", ratio_every, optional=True)
+        self.weight_every = checked_declared(NormsKeys, "weight_every", weight_every, optional=True)
         self.pending: tuple | None = None
         self.params: list[nn.Parameter] = []
         self.guard: NonFiniteGuard | None = None

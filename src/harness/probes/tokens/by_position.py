@@ -7,7 +7,8 @@ import logging
 
 import torch
 
-from harness.probes.probe import Probe, checked_whole_number
+from harness.config.groups.probes import GradByPositionKeys
+from harness.probes.probe import Probe, checked_declared
 from harness.probes.tokens.datapoints import first_examples_batch
 from harness.probes.tokens.reach import input_grad_by_position, reach
 from harness.probes.trackers import has_tracker, log_image, own_randomness
@@ -24,9 +25,7 @@ class GradByPosition(Probe):
 
     def __init__(self, every: int | None = 100, examples: int = 4):
         super().__init__(every)
-        self.examples = checked_whole_number(
-            "examples", examples, 1, "training examples in the fixed batch (try 4)"
-        )
+        self.examples = checked_declared(GradByPositionKeys, "examples", examples)
         self.profiles: dict[int, list[float]] = {}  # step -> norm per position
         self.init: list[float] | None = None
         self.final: list[float] | None = None

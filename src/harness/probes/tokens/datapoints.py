@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from harness.config.groups.probes import DatapointsKeys
 from harness.data.batch import first_rows
-from harness.probes.probe import Probe, checked_whole_number, due
+from harness.probes.probe import Probe, checked_declared, due
 from harness.probes.trackers import log_table, own_randomness
 from harness.train.distributed.shard_sums import any_sharded
 
@@ -81,14 +82,10 @@ class Datapoints(Probe):
         generate_every: int = 1000,
     ):
         super().__init__(every)
-        self.examples = checked_whole_number("examples", examples, 1, "examples shown of each split (try 4)")
-        self.asked = checked_whole_number(
-            "prompts", prompts, 0, "greedy continuations in mode=full on text (0: none)"
-        )
-        self.tokens = checked_whole_number("tokens", tokens, 0, "characters each continuation adds (try 32)")
-        self.generate_every = checked_whole_number(
-            "generate_every", generate_every, 1, "steps between continuations (try 1000)"
-        )
+        self.examples = checked_declared(DatapointsKeys, "examples", examples)
+        self.asked = checked_declared(DatapointsKeys, "prompts", prompts)
+        self.tokens = checked_declared(DatapointsKeys, "tokens", tokens)
+        self.generate_every = checked_declared(DatapointsKeys, "generate_every", generate_every)
         self.prompts = 0  # `asked` where the run generates (on_train_start)
         self.batches: dict[str, dict[str, torch.Tensor]] = {}
         self.batch: dict[str, torch.Tensor] = {}

@@ -8,7 +8,7 @@ import logging
 import torch
 
 from harness.compat import lightning_logs_now
-from harness.errors import ConfigError
+from harness.config.groups.probes import check_logit_period
 from harness.probes.probe import Probe
 from harness.probes.trackers import has_tracker, log_image
 from harness.train.module import step_stats
@@ -30,11 +30,8 @@ class LogitMass(Probe):
     """`logit/p_correct`, `entropy`, `top1` with the run's metrics (`every`="log") or every `every` steps."""
 
     def __init__(self, every: int | str | None = "log"):
+        check_logit_period("every", every)
         self.with_metrics = every == "log"
-        if isinstance(every, str) and not self.with_metrics:
-            raise ConfigError(
-                "every", every, "give log (with the run's own metrics), a whole number >= 1, or null"
-            )
         super().__init__(1 if self.with_metrics else every)
         self.history: list[tuple[int, list[float], float, float]] = []  # step, p per example, entropy, top1
         self.warned = False

@@ -12,7 +12,6 @@ import pytorch_lightning as pl
 import torch
 
 from harness.compat import LibraryChanged
-from harness.errors import ConfigError
 from harness.report.symptoms import Symptom
 from harness.train.perf.copies import shown_path
 from harness.train.perf.readout import readout_of
@@ -102,8 +101,6 @@ class Recompiles(pl.Callback):
     compiled again more than `allowed` times, or once dynamo's recompile limit is hit, is `recompiles`."""
 
     def __init__(self, allowed: int = 2):
-        if not isinstance(allowed, int) or allowed < 0:
-            raise ConfigError("perf.symptoms.recompiles.allowed", allowed, "give a count >= 0 (try 2)")
         self.allowed, self.on, self.last = allowed, False, None
         self.again: Counter = Counter()  # compiled function -> compilations after its first
         self.names: dict[str, str] = {}  # compiled function -> `name (file:line)`

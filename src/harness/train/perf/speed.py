@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import statistics
 import time
 from collections import deque
@@ -19,7 +18,6 @@ from omegaconf import OmegaConf
 
 from harness.compat import lightning_logs_now
 from harness.config import build
-from harness.errors import ConfigError
 from harness.report.symptoms import Symptom
 from harness.train.distributed.shard_sums import reduce
 from harness.train.nonfinite import NonFiniteGuard
@@ -75,14 +73,6 @@ class Speed(pl.Callback):
         data_wait: float = 0.3,
         window: int = 50,
     ):
-        _check(
-            "perf.peak_flops", peak_flops, peak_flops is None or _number(peak_flops) > 0, "FLOP/s, or null"
-        )
-        _check("perf.warmup", warmup, _whole(warmup) >= 0, "steps the verdict's medians leave out: 0 or more")
-        _check("perf.data_wait", data_wait, 0 < _number(data_wait) <= 1, "a share: above 0, at most 1")
-        _check(
-            "perf.window", window, _whole(window) >= 1, "steps the data_wait share is taken over: 1 or more"
-        )
         self.count_flops, self.peak_flops, self.peak_cache = flops, peak_flops, Path(peak_cache)
         self.warmup, self.data_wait, self.window = warmup, data_wait, window
         self.timeline: Timeline | None = None  # while fitting
@@ -317,20 +307,6 @@ def _counted(masks: list[torch.Tensor], device: torch.device) -> torch.Tensor:
 def _median(values: list) -> float | None:
     known = [v for v in values if isinstance(v, (int, float))]
     return float(f"{statistics.median(known):.4g}") if known else None
-
-
-def _number(value) -> float:
-    """`value` as a number for a range check; NaN (no range holds it) where it is none."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-
-
-def _whole(value) -> float:
-    return value if isinstance(value, int) and not isinstance(value, bool) else math.nan
-
-
-def _check(key: str, value, ok: bool, fix: str) -> None:
-    if not ok:
-        raise ConfigError(key, value, fix)
 
 
 def speed_of(trainer) -> list[Speed]:

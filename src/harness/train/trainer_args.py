@@ -1,5 +1,6 @@
-"""The training keys' rules, checked at the door before anything is built: RANGES, `check(cfg)`, and OWNED,
-the Trainer arguments the harness sets. No torch or Lightning at import."""
+"""The Trainer's arguments the harness sets itself (OWNED, `harness_trainer_args`) and the trainer keys it refuses for
+them; `check(cfg)`, the door's rules of the trainer, wandb online and compile that no declaration can say (what this
+machine and network allow). No torch or Lightning at import."""
 
 from __future__ import annotations
 
@@ -12,27 +13,6 @@ from urllib.parse import urlparse
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import ConfigError
-
-#: the training parts' keys with a range: key -> (smallest, whole number?, why). Checked wherever the key is set.
-RANGES = {
-    "optim.lr": (0.0, False, "the peak learning rate, 0: no learning (try optim.lr=3e-3)"),
-    "optim.weight_decay": (0.0, False, "must be >= 0 (try optim.weight_decay=0.0)"),
-    "optim.momentum": (0.0, False, "must be >= 0 (try optim.momentum=0.9)"),
-    "trainer.num_nodes": (1, True, "machines (try trainer.num_nodes=1)"),
-    "trainer.gradient_clip_val": (0.0, False, "must be >= 0, or null for no clipping (try 1.0)"),
-    "mode.max_steps": (1, True, "the step budget (try mode.max_steps=500)"),
-    "mode.val_every": (1, True, "steps between validations (try mode.val_every=100)"),
-    "mode.log_every": (1, True, "steps between logged rows (try mode.log_every=1)"),
-    "mode.ckpt_every": (1, True, "steps between periodic checkpoints in mode=full (try mode.ckpt_every=100)"),
-    "watchdog.beat_s": (0.05, False, "seconds between a rank's heartbeats (try watchdog.beat_s=1)"),
-    "watchdog.silent_s": (0.1, False, "seconds of no heartbeat that name a rank stopped (try 10)"),
-    "watchdog.stall_s": (0.1, False, "seconds of no step on any rank that make a stall (try 300)"),
-    "mode.target_loss": (
-        0.0,
-        False,
-        "the loss above the floor that counts as memorized (try mode.target_loss=0.02)",
-    ),
-}
 
 #: the Trainer arguments the harness sets from its own keys: name -> (its value, from `run`: cfg, run_dir,
 #: callbacks, loggers; what to set instead). harness.train.trainer.build_trainer sets exactly these, and
@@ -119,25 +99,6 @@ def _check_compile(value) -> None:
     )
 
 
-#: the shapes of harness.train.optim.schedule, and the name its _target_ goes by
-SHAPES = ("constant", "cosine", "linear")
-SCHEDULES = ("harness.train.optim.schedule",)
-
-
-def check_schedule(shape, warmup_steps, min_lr, peak: float) -> None:
-    """harness.train.optim.schedule's arguments, checked at the door and when the schedule is built."""
-    if shape not in SHAPES:
-        raise ConfigError("schedule.shape", shape, f"choose one of {', '.join(SHAPES)}")
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ConfigError("schedule.warmup_steps", warmup_steps, "must be a whole number >= 0 (try 100)")
-    if min_lr is not None and not 0 <= min_lr <= peak:
-        raise ConfigError("schedule.min_lr", min_lr, f"must lie between 0 and optim.lr={peak}, or null")
-
-
-#: logger.wandb.mode's choices (harness.train.loggers.wandb_logger sets WANDB_MODE from it)
-WANDB_MODES = ("offline", "online", "disabled")
-
-
 #: seconds to wait for wandb's server before refusing mode=online (wandb itself waits 90 s)
 REACH_SECONDS = 5.0
 
@@ -156,14 +117,12 @@ def _wandb_key(host: str) -> bool:
 
 
 def _check_wandb(cfg: DictConfig) -> None:
-    """logger.wandb.mode is a choice; `online` needs an API key and a reachable server (else wandb fails
-    late)."""
+    """logger.wandb.mode=online needs an API key and a reachable server (else wandb fails late); its choices are
+    declared (harness.config.groups.trainer.Wandb)."""
     node = (cfg.get("logger") or {}).get("wandb")
     if not isinstance(node, DictConfig):
         return
     mode = node.get("mode")
-    if mode not in WANDB_MODES:
-        raise ConfigError("logger.wandb.mode", mode, f"choose one of {', '.join(WANDB_MODES)}")
     if mode != "online":
         return
     url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
@@ -187,30 +146,7 @@ def _check_wandb(cfg: DictConfig) -> None:
 
 
 def check(cfg: DictConfig) -> None:
-    """The training parts' rules for a composed config (harness.tasks.validate checks RANGES)."""
-    schedule = cfg.get("schedule")
-    if schedule is not None and schedule.get("_target_") in SCHEDULES:
-        peak = (cfg.get("optim") or {}).get("lr", 0.0)
-        check_schedule(schedule.get("shape"), schedule.get("warmup_steps"), schedule.get("min_lr"), peak)
+    """The trainer's, wandb's and compile's rules for a composed config, beside their declarations'."""
     _check_wandb(cfg)
     _check_trainer(cfg)
     _check_compile(cfg.compile)
-    _check_watchdog(cfg.get("watchdog"))
-
-
-def _check_watchdog(watchdog) -> None:
-    """A rank is silent only after three missed beats, and a stall lasts at least that long."""
-    if watchdog is None:
-        return
-    if watchdog.silent_s < 3 * watchdog.beat_s:
-        raise ConfigError(
-            "watchdog.silent_s",
-            watchdog.silent_s,
-            f"must be at least 3 beats (watchdog.beat_s={watchdog.beat_s}): a rank is silent once it missed three",
-        )
-    if watchdog.stall_s < watchdog.silent_s:
-        raise ConfigError(
-            "watchdog.stall_s",
-            watchdog.stall_s,
-            f"must be at least watchdog.silent_s={watchdog.silent_s}: a stalled rank is named after both",
-        )
