@@ -9,7 +9,7 @@ holds it, docs/layout.md draws it):
     data/      tokenizers, datasets, shards, batches;   ops/   the operations written twice
     models/    the built-in models;   train/   the LightningModule, Trainer, loggers, checkpoints, sharding
     checks/    the preflight;   probes/   what the network does while it learns, the symptom detectors
-    tasks/     training, evaluation, the doctor; the config's rules and trial build
+    tasks/     training, evaluation, the doctor; the config's rules and its targets' check
     cli/       the command line: train.py's and eval.py's entry
 
 `harness.tasks.training.run(cfg)` is the whole training pipeline for a composed config.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -15,6 +14,7 @@ from harness.config.declare import check_declared, declared_fields
 from harness.config.groups import optim as declared
 from harness.errors import ConfigError
 from harness.train.optim import schedule
+from tests.config.keys import composed
 from tests.conftest import CONF, sampled, train
 
 ADAMW = {
@@ -76,11 +76,6 @@ TAKEN = [
     "loss=label_smoothing loss.smoothing=0.999",
     "loss=z_loss loss.weight=0",
 ]
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
 
 
 def built(cfg, group: str):
