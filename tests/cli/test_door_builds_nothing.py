@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import PROBES_OFF
 
 
+@pytest.mark.slow  # a sweep of two train.py jobs: ~15 s
 def test_the_door_builds_no_model_and_the_run_builds_it_where_it_trains(run_train, tmp_path, monkeypatch):
     """A fork's model that records each build: a sweep of two jobs builds none at the door, one each in the run."""
     builds = tmp_path / "builds.txt"

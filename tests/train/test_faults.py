@@ -27,6 +27,7 @@ def test_same_config_twice_gives_identical_metrics(make_config, tmp_path):
     assert len(same) > 10 and any(k.startswith("train/") for row in same for k in row if row[k]), same[:3]
 
 
+@pytest.mark.slow  # two mode=full runs: ~10 s
 def test_the_preflight_leaves_training_as_if_it_never_ran(make_config, tmp_path):
     """The checks draw from and re-seed every global generator (the preflight's, and those run as training
     starts): a run with them trains as one without them, dropout and shuffling included, bit for bit (mode=full:
