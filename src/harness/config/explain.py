@@ -38,6 +38,7 @@ def value_kind(value) -> str | None:
 def explain(err: Exception, overrides: list[str], base) -> str:
     """A Hydra composition error in one line: the override at fault and the fix. `base`: the config composed
     without the overrides, whose keys are listed."""
+    import types
     import typing
 
     from hydra.errors import MissingConfigException
@@ -68,8 +69,12 @@ def explain(err: Exception, overrides: list[str], base) -> str:
         return f"{override_of(key)}: no such key, check its spelling{known} (a new key takes a +: +{key}=...)"
     if isinstance(cause, ValidationError) and cause.full_key and cause.object_type is not None:
         wanted = typing.get_type_hints(cause.object_type).get(cause.key)
-        plain = [a for a in typing.get_args(wanted) if a is not type(None)]
-        wanted = plain[0] if len(plain) == 1 else wanted  # int | None: a whole number (or null)
+        if typing.get_origin(wanted) in (
+            typing.Union,
+            types.UnionType,
+        ):  # int | None: a whole number (or null)
+            plain = [a for a in typing.get_args(wanted) if a is not type(None)]
+            wanted = plain[0] if len(plain) == 1 else wanted
         words = KIND_WORDS.get(TYPE_KINDS.get(wanted), getattr(wanted, "__name__", str(wanted)))
         return f"{override_of(cause.full_key)}: {cause.full_key} must be {words}, not {cause.value!r}"
     first = next((line for line in str(err).splitlines() if line.strip()), str(err))

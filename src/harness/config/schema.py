@@ -1,10 +1,10 @@
-"""The types of the keys harness owns, as dataclasses Hydra composes against (`Train`, a regime per mode, MODES),
-put in Hydra's ConfigStore by `register`. A fork's groups (model, data, optim, ...) are `Any`: their classes check
-their arguments. A fork's new top-level key goes in `Train` (or is given as `+my_key=1`)."""
+"""harness's own keys declared once, as dataclasses Hydra composes against (`Train`, a regime per mode, MODES), put
+in Hydra's ConfigStore by `register` with every group's options (harness.config.groups). A fork's new top-level key
+goes in `Train` (or is given as `+my_key=1`)."""
 
 # conf/train.yaml lists `train_schema` first in its defaults and each conf/mode/*.yaml its regime's schema, so a
-# value of the wrong type is refused by Hydra before anything runs (harness.config.explain words it); ranges and
-# rules across keys live in harness.tasks.validate
+# value of the wrong type is refused by Hydra before anything runs (harness.config.explain words it); the ranges
+# and rules across keys are read from the same fields by harness.config.declare.check_declared
 
 from __future__ import annotations
 

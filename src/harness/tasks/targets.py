@@ -24,7 +24,7 @@ from harness.errors import ConfigError
 #: the loggers Lightning talks through when it is imported or its launcher built (devices found, tips)
 CHATTY = ("pytorch_lightning", "lightning_fabric", "lightning")
 #: the arguments the run passes a part's target beside its node's: the group -> their names
-PASSED = {"model": ("vocab_size",), "probes": ("run_dir", "data", "overfit", "loss")}
+PASSED = {"model": ("vocab_size",)}
 #: an annotation's plain type -> the kind of value it takes
 KINDS = {bool: "bool", int: "int", float: "number", str: "str"}
 
@@ -102,6 +102,18 @@ def _check_trainer_arguments(trainer: DictConfig) -> None:
         raise ConfigError(f"trainer.{name}", given, f"Lightning's Trainer takes {words} here")
 
 
+def _check_probe_entries(probes: DictConfig) -> None:
+    """Each probe entry's target, and each of probes.extra's, less the keys the probes' builder reads itself."""
+    from harness.probes.assemble import BUILDER_KEYS, SETTINGS
+
+    entries = [(f"probes.{k}", v) for k, v in probes.items() if k not in SETTINGS]
+    entries += [(f"probes.extra.{k}", v) for k, v in (probes.get("extra") or {}).items()]
+    for key, node in entries:
+        if isinstance(node, DictConfig) and "_target_" in node:
+            kept = [k for k in node if k not in BUILDER_KEYS]
+            check_target(OmegaConf.masked_copy(node, kept), key)
+
+
 def check_targets(cfg: DictConfig) -> None:
     """Every part of the job config `cfg` that names a `_target_`: it imports and takes the arguments given, and the
     Trainer's arguments are its own; a ConfigError names the key. Imports the targets' modules (torch, Lightning)."""
@@ -115,6 +127,9 @@ def check_targets(cfg: DictConfig) -> None:
                 if group == "model" and cfg.mode.name == "eval":
                     continue  # the checkpoint's own model
                 check_target(node, group, PASSED.get(group, ()))
+        probes = cfg.get("probes")
+        if isinstance(probes, DictConfig) and probes.get("enabled", True):
+            _check_probe_entries(probes)
         for name, node in (cfg.get("callbacks") or {}).items():
             if (
                 isinstance(node, DictConfig) and "_target_" in node

@@ -48,7 +48,11 @@ def _made(key: str, make: Callable, *args, **kwargs):
     try:
         return make(*args, **kwargs)
     except (ValueError, TypeError) as err:
-        if not isinstance(make, partial):
+        from harness.errors import ConfigError
+
+        if isinstance(err, ConfigError) or not isinstance(
+            make, partial
+        ):  # a ConfigError names its key already
             raise
         from omegaconf import OmegaConf
 

@@ -1,5 +1,6 @@
 """The built-in models' keys, each declared once (conf/model/*.yaml pick one and keep their comments): `Transformer`,
-`RNN`, `LSTM`, `GPT` (its presets, SIZES), `HF`. A fork's model adds a class here and an entry in OPTIONS."""
+`RNN`, `LSTM`, `GPT` (its presets, SIZES), `HF`. A fork's model declares its own the same way, in a module
+listed in DECLARING (docs/extending.md)."""
 
 from __future__ import annotations
 
