@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 import traceback
 from collections.abc import Callable
@@ -197,10 +198,15 @@ def build(node: DictConfig, key: str, **kwargs):
 def check_target(node: DictConfig, key: str, passed: tuple[str, ...] = ()) -> None:
     """That the node at `key` could be built, without building it: its `_target_` imports and takes each argument
     the node gives (and `passed`, what its caller adds), read from its signature. A ConfigError names the key."""
+    hydra_log = logging.getLogger("hydra.utils")  # get_object logs the error it raises: the one line says it
+    level = hydra_log.level
+    hydra_log.setLevel(logging.CRITICAL)
     try:
         target = get_object(node._target_)
     except Exception as err:  # a module path misspelled, or a module that fails as it imports
         raise _not_imported(f"{key}._target_", node.get("_target_"), err) from None
+    finally:
+        hydra_log.setLevel(level)
     _refuse_argument(node, key, target, [*(str(k) for k in node if not str(k).startswith("_")), *passed])
 
 
