@@ -52,7 +52,7 @@ def check_overrides(argv: list[str], config_dir: Path) -> list[str]:
         except ConfigError as err:
             die(str(err), err)
         jobs = _checked_jobs(variants, searchpath, hydra_cfg, multirun, _job_config(first))
-        cfg = jobs[-1][0]
+        cfg = jobs[-1]
         _check_folders(cfg, hydra_cfg, multirun)
         # last, as it imports torch and Lightning: the targets every job names, and the sweep's launcher
         launcher_base = _hydra_base(variants[0] + hydra_overrides, searchpath) if multirun else None
@@ -86,8 +86,8 @@ def _job_config(composed: DictConfig) -> DictConfig:
 
 def _checked_jobs(
     variants: list[list[str]], searchpath: list[str], hydra_cfg, multirun: bool, first: DictConfig
-) -> list[tuple]:
-    """Each job's (config, the config files' values, the keys given), composed and validated; a mistake exits.
+) -> list[DictConfig]:
+    """Each job's config, composed and validated; a mistake exits.
     `first`: the first variant's config, composed already. Inside initialize_config_dir."""
     from hydra import compose
 
@@ -115,7 +115,7 @@ def _checked_jobs(
         except ConfigError as err:
             die(str(err), err)
         said += [line for line in notices(cfg) if line not in said]
-        jobs.append((cfg, base, given))
+        jobs.append(cfg)
     for line in (
         said if global_rank() == 0 else []
     ):  # once for the sweep, before any job runs; by rank 0 alone
@@ -138,14 +138,16 @@ def _hydra_base(overrides: list[str], searchpath: list[str]):
         return None
 
 
-def _check_targets(jobs: list, launcher, launcher_base, hydra_overrides: list[str], multirun: bool) -> None:
+def _check_targets(
+    jobs: list[DictConfig], launcher, launcher_base, hydra_overrides: list[str], multirun: bool
+) -> None:
     """Each job's parts' targets against their signatures and, for a sweep, its launcher as its plugin makes it
     (harness.tasks.targets); a refusal exits."""
     from harness.signals import Interrupted, received
     from harness.tasks.targets import check_launcher, check_targets
 
     try:
-        for cfg, _, _ in jobs:
+        for cfg in jobs:
             check_targets(cfg)
         if multirun:
             given = [o.split("=")[0].lstrip("+~") for o in hydra_overrides]
