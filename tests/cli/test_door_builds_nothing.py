@@ -24,6 +24,7 @@ def test_the_door_builds_no_model_and_the_run_builds_it_where_it_trains(run_trai
     assert "door" not in where and where.count("run") >= 2, where
 
 
+@pytest.mark.slow  # a train.py run that imports torch and Lightning at the door: ~4 s
 def test_a_fork_model_taking_no_such_argument_is_refused_at_the_door_unbuilt(
     run_train, tmp_path, monkeypatch
 ):

@@ -219,6 +219,7 @@ def test_a_tpu_is_refused_where_torch_xla_is_missing(monkeypatch):
     check_declared(composed("trainer.accelerator=tpu"))
 
 
+@pytest.mark.slow  # builds Trainers: ~2 s
 def test_lightning_s_other_arguments_stay_undeclared_and_take_a_plus():
     """+trainer.NAME adds any Lightning argument (Hydra refuses + for a declared key); a preset sets one as a plain
     key; a misspelled key is still refused, a declared one's type still held."""
